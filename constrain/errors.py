@@ -1,0 +1,57 @@
+"""The exception hierarchy: every error the library raises derives from `ConstrainError`.
+
+Errors carry the location of the problem (the regex position, the grammar rule, the JSON
+pointer) so that a user can fix their input without reading our source.
+"""
+
+from __future__ import annotations
+
+
+class ConstrainError(Exception):
+    """Base class of every error raised by `constrain`."""
+
+
+class RegexError(ConstrainError, ValueError):
+    """A regex is malformed, uses an unsupported construct, or exceeds a compile limit.
+
+    Attributes:
+        pattern: the regex source.
+        position: character offset of the offending construct, or None when the error is global
+            (for example a state-count limit).
+    """
+
+    def __init__(self, message: str, pattern: str, position: int | None = None):
+        where = f" at position {position}" if position is not None else ""
+        super().__init__(f"{message}{where} in regex {pattern!r}")
+        self.pattern = pattern
+        self.position = position
+
+
+class GrammarError(ConstrainError, ValueError):
+    """A grammar is malformed, names an unknown rule, or has an empty language."""
+
+
+class UnsupportedSchemaError(ConstrainError, ValueError):
+    """A JSON Schema uses a construct the compiler cannot express exactly.
+
+    Attributes:
+        keyword: the offending keyword.
+        pointer: JSON pointer of the schema location that holds it.
+    """
+
+    def __init__(self, message: str, keyword: str | None = None, pointer: str = ""):
+        super().__init__(f"{message} (keyword {keyword!r} at {pointer or '#'})")
+        self.keyword = keyword
+        self.pointer = pointer
+
+
+class InvalidTokenError(ConstrainError, ValueError):
+    """A token was fed to a Matcher that does not keep the output completable."""
+
+
+class VocabularyError(ConstrainError, ValueError):
+    """The vocabulary cannot express what a constraint requires (no token fits a reachable state)."""
+
+
+class ModelLoadError(ConstrainError, RuntimeError):
+    """A model could not be loaded (missing bundled package, bad path, offline Hub id)."""

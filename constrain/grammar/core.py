@@ -1,0 +1,66 @@
+"""The `Grammar` value: what text is allowed, independent of any tokenizer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from constrain.automaton import Automaton, DFAAutomaton
+from constrain.errors import GrammarError
+from constrain.regex import ByteDFA, compile_regex, dfa_from_strings
+
+
+class Grammar:
+    """A constraint on text, before it is bound to a vocabulary.
+
+    Build one with a constructor (`from_regex`, `from_choices`); bind it with
+    ``constrain.Constraint(grammar, vocab)``. Grammars are immutable and cheap to share.
+    """
+
+    def __init__(self, automaton: Automaton, *, kind: str, source: str):
+        self._automaton = automaton
+        self.kind = kind
+        self.source = source
+
+    @classmethod
+    def from_regex(cls, pattern: str, *, max_states: int = 100_000, timeout: float = 10.0) -> Grammar:
+        """Texts that fully match `pattern` (see docs/regex.md for the supported syntax).
+
+        Raises:
+            RegexError: the pattern is malformed, unsupported, or exceeds a limit.
+            GrammarError: the regex matches nothing.
+        """
+        dfa = compile_regex(pattern, max_states=max_states, timeout=timeout)
+        return cls._from_dfa(dfa, kind="regex", source=pattern)
+
+    @classmethod
+    def from_choices(cls, choices: Iterable[str | bytes]) -> Grammar:
+        """Exactly one of `choices` (a finite set of strings)."""
+        items = list(choices)
+        if not items:
+            raise GrammarError("from_choices needs at least one choice")
+        bad = [c for c in items if not isinstance(c, (str, bytes))]
+        if bad:
+            raise GrammarError(f"choices must be str or bytes, got {type(bad[0]).__name__}: {bad[0]!r}")
+        return cls._from_dfa(dfa_from_strings(items), kind="choices", source=repr(items))
+
+    @classmethod
+    def _from_dfa(cls, dfa: ByteDFA, *, kind: str, source: str) -> Grammar:
+        if dfa.is_empty():
+            raise GrammarError(f"the {kind} {source!r} matches no text: its language is empty")
+        return cls(DFAAutomaton(dfa), kind=kind, source=source)
+
+    @property
+    def automaton(self) -> Automaton:
+        """The byte-level automaton that recognises this grammar's language."""
+        return self._automaton
+
+    def matches(self, text: str | bytes) -> bool:
+        """Whether the whole of `text` is in the language."""
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        a = self._automaton
+        state = a.step(a.start, data)
+        return state is not None and a.accepting(state)
+
+    def __repr__(self) -> str:
+        src = self.source if len(self.source) <= 60 else self.source[:57] + "..."
+        return f"Grammar.{'from_' + self.kind}({src})"

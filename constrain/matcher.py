@@ -1,0 +1,264 @@
+"""Constraint and Matcher: the token-level view of a grammar that every sampler uses.
+
+``Constraint = Grammar + Vocabulary``. It owns what all sequences can share: the token masks,
+computed lazily (one trie walk per automaton state, on first visit) and cached by state.
+
+A `Matcher` is one sequence's position in the automaton: a stack of states, one per consumed
+token, so `rollback(n)` is a pop and `fork()` a list copy. Its invariants:
+
+* **soundness**: a token is allowed only if some continuation of the text after it is in the
+  language (the automaton only yields live states);
+* **completeness**: every token whose bytes keep the text completable is allowed;
+* EOS ids are allowed exactly when the text so far is in the language; special and padding ids
+  never are. After EOS nothing is allowed.
+
+Errors on the hot path raise: `advance` with a forbidden token raises `InvalidTokenError`;
+`check` never raises (it answers False).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import numpy as np
+
+from constrain.errors import InvalidTokenError, VocabularyError
+from constrain.grammar import Grammar
+from constrain.vocab import Vocabulary
+
+__all__ = ["Constraint", "Matcher"]
+
+_FINISHED = object()  # the state after EOS
+_MAX_FORCED_BACKOFF = 3  # forced tokens dropped at most from the end (token healing)
+
+
+class Constraint:
+    """A grammar bound to a vocabulary: masks cached by automaton state, shared by sequences.
+
+    Args:
+        grammar: what the text must be.
+        vocab: the model's vocabulary (token bytes, EOS ids, logits size).
+    """
+
+    def __init__(self, grammar: Grammar, vocab: Vocabulary):
+        self.grammar = grammar
+        self.vocab = vocab
+        self.automaton = grammar.automaton
+        self._masks: dict[Hashable, np.ndarray] = {}
+        self._eos = frozenset(vocab.eos_ids)
+        self._eos_array = np.array(vocab.eos_ids, dtype=np.int64)
+
+    def start(self) -> Matcher:
+        """A fresh Matcher at the start of the text."""
+        return Matcher(self, [self.automaton.start])
+
+    def mask_for(self, state: Hashable) -> np.ndarray:
+        """Allowed next tokens at automaton `state` (bool, shape (vocab.size,), read-only, cached).
+
+        Raises:
+            VocabularyError: the state is not accepting and no token of the vocabulary fits.
+        """
+        mask = self._masks.get(state)
+        if mask is not None:
+            return mask
+        mask = np.zeros(self.vocab.size, dtype=bool)
+        mask[self.automaton.token_ids(state, self.vocab.trie)] = True
+        accepting = self.automaton.accepting(state)
+        if accepting:
+            mask[self._eos_array] = True
+        elif not mask.any():
+            expected = bytes(self.automaton.expected_bytes(state)[:16])
+            raise VocabularyError(
+                f"no token of the vocabulary can continue here: the grammar expects one of the "
+                f"bytes {expected!r} but no text token starts with them"
+            )
+        mask.flags.writeable = False
+        self._masks[state] = mask
+        return mask
+
+    @property
+    def cached_states(self) -> int:
+        """Number of automaton states whose mask is cached."""
+        return len(self._masks)
+
+    @property
+    def cache_bytes(self) -> int:
+        """Memory held by the mask cache, in bytes."""
+        return sum(m.nbytes for m in self._masks.values())
+
+    def __repr__(self) -> str:
+        return f"Constraint({self.grammar!r}, {self.vocab!r})"
+
+
+class Matcher:
+    """One sequence's state in a `Constraint`: check, advance, mask, roll back, fork."""
+
+    __slots__ = ("constraint", "_states")
+
+    def __init__(self, constraint: Constraint, states: list):
+        self.constraint = constraint
+        self._states = states
+
+    # -- queries (no state change) --------------------------------------------------------------
+
+    @property
+    def state(self) -> Hashable:
+        """The current automaton state (hashable; `_FINISHED` after EOS)."""
+        return self._states[-1]
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens consumed so far (EOS included)."""
+        return len(self._states) - 1
+
+    def finished(self) -> bool:
+        """EOS has been consumed."""
+        return self._states[-1] is _FINISHED
+
+    def check(self, token: int) -> bool:
+        """Would `token` keep the output completable? Costs a walk of the token's bytes."""
+        state = self._states[-1]
+        if state is _FINISHED:
+            return False
+        c = self.constraint
+        if token in c._eos:
+            return c.automaton.accepting(state)
+        mask = c._masks.get(state)
+        if mask is not None:
+            return 0 <= token < len(mask) and bool(mask[token])
+        data = c.vocab.token_bytes(token)
+        return bool(data) and c.automaton.step(state, data) is not None
+
+    def accepting(self) -> bool:
+        """EOS is allowed now: the text so far is in the language."""
+        state = self._states[-1]
+        return state is not _FINISHED and self.constraint.automaton.accepting(state)
+
+    def done(self) -> bool:
+        """Nothing but EOS can follow (or EOS was consumed)."""
+        state = self._states[-1]
+        return state is _FINISHED or not self.constraint.automaton.can_continue(state)
+
+    def mask(self) -> np.ndarray:
+        """Allowed next tokens (bool array of shape (vocab.size,); cached by state, read-only)."""
+        state = self._states[-1]
+        if state is _FINISHED:
+            return np.zeros(self.constraint.vocab.size, dtype=bool)
+        return self.constraint.mask_for(state)
+
+    def forced_bytes(self) -> bytes:
+        """The bytes the grammar allows unambiguously next (empty when there is a choice)."""
+        state = self._states[-1]
+        if state is _FINISHED:
+            return b""
+        return self.constraint.automaton.forced_bytes(state)
+
+    def forced(self) -> list[int]:
+        """A canonical tokenization of the forced bytes, backed off at the end.
+
+        The last tokens are dropped while some vocabulary token could extend them across the
+        end of the forced text (token healing), so that forcing them never rules out the
+        tokenization the model would prefer.
+        """
+        data = self.forced_bytes()
+        if not data:
+            return []
+        vocab = self.constraint.vocab
+        ids = _tokenize(vocab, data)
+        trie = vocab.trie
+        for k in range(min(_MAX_FORCED_BACKOFF, len(ids)), 0, -1):
+            if trie.has_extension(vocab.decode_bytes(ids[-k:])):
+                ids = ids[:-k]
+                break
+        return ids
+
+    # -- state changes --------------------------------------------------------------------------
+
+    def advance(self, token: int) -> None:
+        """Consume `token` (EOS included).
+
+        Raises:
+            InvalidTokenError: the token does not keep the output completable.
+        """
+        state = self._states[-1]
+        c = self.constraint
+        if state is not _FINISHED:
+            if token in c._eos:
+                if c.automaton.accepting(state):
+                    self._states.append(_FINISHED)
+                    return
+            else:
+                data = c.vocab.token_bytes(token)
+                nxt = c.automaton.step(state, data) if data else None
+                if nxt is not None:
+                    self._states.append(nxt)
+                    return
+        raise InvalidTokenError(self._why_invalid(token))
+
+    def advance_many(self, tokens: list[int]) -> None:
+        """Consume several tokens; on an invalid one nothing is consumed."""
+        start = len(self._states)
+        try:
+            for t in tokens:
+                self.advance(t)
+        except InvalidTokenError:
+            del self._states[start:]
+            raise
+
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last `n` tokens."""
+        if not 0 <= n <= len(self._states) - 1:
+            raise ValueError(f"cannot roll back {n} tokens: only {len(self._states) - 1} consumed")
+        if n:
+            del self._states[-n:]
+
+    def fork(self) -> Matcher:
+        """An independent copy (shares the Constraint and its caches)."""
+        return Matcher(self.constraint, list(self._states))
+
+    def _why_invalid(self, token: int) -> str:
+        c = self.constraint
+        where = f"after {self.n_tokens} tokens"
+        if self._states[-1] is _FINISHED:
+            return f"token {token} {where}: the sequence already ended with EOS"
+        if token in c._eos:
+            return f"EOS {where}: the text so far is not complete in the grammar"
+        data = c.vocab.token_bytes(token)
+        if data is None:
+            return f"token {token} {where}: a special or padding token carries no text"
+        expected = bytes(c.automaton.expected_bytes(self._states[-1])[:16])
+        return f"token {token} {data!r} {where}: the grammar expects one of the bytes {expected!r} next"
+
+    def __repr__(self) -> str:
+        return f"Matcher(n_tokens={self.n_tokens}, accepting={self.accepting()})"
+
+
+def _tokenize(vocab: Vocabulary, data: bytes) -> list[int]:
+    """Tokenize `data` with the model's tokenizer when it round-trips, else greedy longest match."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and vocab.tokenizer is not None:
+        ids = vocab.encode(text)
+        if vocab.decode_bytes(ids) == data:
+            return ids
+    trie = vocab.trie
+    ids: list[int] = []
+    pos = 0
+    while pos < len(data):
+        node, best, best_len = 0, -1, 0
+        for k in range(pos, len(data)):
+            lo, hi = trie.child_start[node], trie.child_start[node + 1]
+            kids = trie.children[lo:hi]
+            j = int(np.searchsorted(trie.byte[kids], data[k]))
+            if j >= len(kids) or trie.byte[kids[j]] != data[k]:
+                break
+            node = int(kids[j])
+            if trie.token_start[node + 1] > trie.token_start[node]:
+                best, best_len = int(trie.tokens[trie.token_start[node]]), k + 1 - pos
+        if best < 0:
+            return ids  # no token spells the next byte: force only what we could
+        ids.append(best)
+        pos += best_len
+    return ids
