@@ -1,0 +1,83 @@
+"""`make demo`: constrained generation with the bundled SmolLM2-135M-Instruct, offline.
+
+Prints a JSON object generated under a constraint and validated against its JSON Schema, a line
+generated under a regex, the answer to a multiple-choice question, and timings.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import constrain as cn
+
+PERSON_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "pattern": "^[A-Z][a-z]+ [A-Z][a-z]+$"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "city": {"type": "string", "maxLength": 20},
+    },
+    "required": ["name", "age", "city"],
+    "additionalProperties": False,
+}
+# The same object as a regex (JSON Schema compilation arrives with the JSON Schema layer).
+PERSON_REGEX = (
+    r'\{"name": "[A-Z][a-z]{1,12} [A-Z][a-z]{1,12}", '
+    r'"age": (0|[1-9][0-9]?|1[01][0-9]|120), '
+    r'"city": "[A-Za-z ]{1,20}"\}'
+)
+DATE_REGEX = r"(19|20)\d{2}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
+CHOICES = ["Paris", "London", "Berlin", "Madrid"]
+
+
+def _timing(out: cn.GenerationResult) -> str:
+    s = out.stats
+    return (
+        f"{len(out.tokens)} tokens, prefill {s.prefill_s * 1000:.0f} ms, "
+        f"{s.tokens_per_s:.1f} tok/s, constraint {s.constraint_s * 1000:.1f} ms total, "
+        f"finish={out.finish_reason}"
+    )
+
+
+def main() -> None:
+    t0 = time.perf_counter()
+    model = cn.load_model()
+    print(f"model: {model.name} on {model.device} (loaded in {time.perf_counter() - t0:.1f} s)\n")
+
+    out = cn.generate(
+        model,
+        "Invent a fictional person and describe them as JSON with name, age and city.",
+        regex=PERSON_REGEX,
+        max_tokens=80,
+        seed=1,
+    )
+    import jsonschema
+
+    value = json.loads(out.text)
+    jsonschema.validate(value, PERSON_SCHEMA)
+    print("JSON object (valid against its schema):")
+    print(json.dumps(value))
+    print(f"  [{_timing(out)}]\n")
+
+    out = cn.generate(
+        model, "When did the Apollo 11 Moon landing happen? Answer with a date.", regex=DATE_REGEX,
+        max_tokens=20, greedy=True,
+    )
+    assert re.fullmatch(DATE_REGEX, out.text)
+    print(f"regex:  {DATE_REGEX}")
+    print(f"output: {out.text}")
+    print(f"  [{_timing(out)}]\n")
+
+    out = cn.generate(
+        model, "What is the capital of France? Answer with one word.", choices=CHOICES, greedy=True
+    )
+    assert out.text in CHOICES
+    print(f"question: What is the capital of France?  choices: {CHOICES}")
+    print(f"answer:   {out.text}")
+    print(f"  [{_timing(out)}]")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+"""Regexes as minimal byte-level DFAs.
+
+Pipeline: interegular parses the pattern (after a scan that rejects what an automaton cannot
+express and names it with its position); a Thompson NFA over code-point sets is determinised
+over the code-point intervals the regex distinguishes; each character transition is expanded
+into UTF-8 byte ranges with shared continuation states; the result is pruned to reachable and
+live states and minimised.
+
+Invariants: state 0 is dead; every other state is reachable from the start state 1 and live
+(some accepting state is reachable from it), so a byte walk that never hits 0 is always
+completable. Limits on states and compile time are explicit and raise `RegexError`.
+"""
+
+from constrain.regex.dfa import DEAD, ByteDFA, compile_regex, dfa_from_strings
+
+__all__ = ["DEAD", "ByteDFA", "compile_regex", "dfa_from_strings"]

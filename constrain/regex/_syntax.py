@@ -1,0 +1,148 @@
+"""Regex front end: reject what we cannot express, then parse with interegular.
+
+interegular's parser gives the syntax tree (alternation, concatenation, repetition, character
+groups). Before it runs, a scan over the pattern (aware of escapes and character classes) finds
+the constructs a finite automaton cannot express exactly and reports each with its position,
+strips anchors at the very start or end (no-ops under full-match semantics) and rewrites
+``\\uXXXX`` / ``\\UXXXXXXXX`` escapes (and UTF-16 surrogate pairs) into the characters they name.
+"""
+
+from __future__ import annotations
+
+from interegular.patterns import InvalidSyntax, Pattern, Unsupported, _ParsePattern
+from interegular.utils.simple_parser import NoMatch, SimpleParser
+
+from constrain.errors import RegexError
+
+_HEX = set("0123456789abcdefABCDEF")
+# characters interegular treats as syntax outside / inside a character class
+_SPECIAL_OUTSIDE = set("+?*.$^\\()[]|{}")
+_SPECIAL_INSIDE = set("\\]^-[")
+
+
+def _escape_char(c: str, inside_class: bool) -> str:
+    special = _SPECIAL_INSIDE if inside_class else _SPECIAL_OUTSIDE
+    if c in special:
+        return "\\" + c
+    if c == "\n":
+        return "\\n"
+    return c
+
+
+def _read_hex(pattern: str, start: int, n: int) -> int | None:
+    digits = pattern[start : start + n]
+    if len(digits) == n and set(digits) <= _HEX:
+        return int(digits, 16)
+    return None
+
+
+def prepare(pattern: str) -> str:
+    """Check `pattern` for unsupported constructs and rewrite it for interegular.
+
+    Raises:
+        RegexError: naming the construct and its position.
+    """
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    in_class = False
+    class_start = -1
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if i + 1 >= n:
+                raise RegexError("trailing backslash", pattern, i)
+            e = pattern[i + 1]
+            if e in "uU":
+                width = 4 if e == "u" else 8
+                code = _read_hex(pattern, i + 2, width)
+                if code is None:
+                    raise RegexError(f"\\{e} needs {width} hex digits", pattern, i)
+                consumed = 2 + width
+                if 0xD800 <= code <= 0xDBFF and pattern[i + consumed : i + consumed + 2] == "\\u":
+                    low = _read_hex(pattern, i + consumed + 2, 4)
+                    if low is not None and 0xDC00 <= low <= 0xDFFF:
+                        code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                        consumed += 6
+                if 0xD800 <= code <= 0xDFFF:
+                    raise RegexError("a lone UTF-16 surrogate cannot appear in UTF-8 text", pattern, i)
+                if code > 0x10FFFF:
+                    raise RegexError("code point beyond U+10FFFF", pattern, i)
+                out.append(_escape_char(chr(code), in_class))
+                i += consumed
+                continue
+            if not in_class:
+                if e.isdigit() and e != "0":
+                    raise RegexError(f"backreference \\{e} is not supported", pattern, i)
+                if e in "bB":
+                    raise RegexError(f"word boundary \\{e} is not supported", pattern, i)
+                if e in "AZz":
+                    at_edge = (e == "A" and i == 0) or (e in "Zz" and i + 2 == n)
+                    if not at_edge:
+                        raise RegexError(f"anchor \\{e} is only supported at the pattern's edge", pattern, i)
+                    i += 2
+                    continue
+            if e in "pPN":
+                raise RegexError(f"Unicode property escape \\{e} is not supported", pattern, i)
+            if e == "x" and _read_hex(pattern, i + 2, 2) is not None:
+                out.append(_escape_char(chr(int(pattern[i + 2 : i + 4], 16)), in_class))
+                i += 4
+                continue
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            if c == "]" and i > class_start + 1 and not (i == class_start + 2 and pattern[class_start + 1] == "^"):
+                in_class = False
+            elif c == "[" and pattern[i + 1 : i + 2] == ":":
+                raise RegexError("POSIX character classes like [:alpha:] are not supported", pattern, i)
+            out.append(c)
+            i += 1
+            continue
+        if c == "[":
+            in_class, class_start = True, i
+        elif c == "(" and pattern[i + 1 : i + 2] == "?":
+            ext = pattern[i + 2 : i + 4]
+            if ext[:1] in ("=", "!"):
+                kind = "lookahead" if ext[0] == "=" else "negative lookahead"
+                raise RegexError(f"{kind} (?{ext[0]}...) is not supported", pattern, i)
+            if ext in ("<=", "<!"):
+                kind = "lookbehind" if ext[1] == "=" else "negative lookbehind"
+                raise RegexError(f"{kind} (?{ext}...) is not supported", pattern, i)
+            if ext == "P=":
+                raise RegexError("named backreference (?P=...) is not supported", pattern, i)
+            if ext[:1] == "(":
+                raise RegexError("conditional group (?(...)...) is not supported", pattern, i)
+            if ext[:1] == ">":
+                raise RegexError("atomic group (?>...) is not supported", pattern, i)
+            if ext[:1] and ext[0] in "aiLmsux-":
+                raise RegexError(f"inline flags (?{ext[0]}...) are not supported", pattern, i)
+        elif c == "^":
+            if i != 0:
+                raise RegexError("anchor ^ is only supported at the start of the pattern", pattern, i)
+            i += 1
+            continue
+        elif c == "$":
+            if i != n - 1:
+                raise RegexError("anchor $ is only supported at the end of the pattern", pattern, i)
+            i += 1
+            continue
+        out.append(c)
+        i += 1
+    if in_class:
+        raise RegexError("unterminated character class", pattern, class_start)
+    return "".join(out)
+
+
+def parse(pattern: str) -> Pattern:
+    """Parse `pattern` into interegular's syntax tree (after `prepare`)."""
+    text = prepare(pattern)
+    parser = _ParsePattern(text)
+    try:
+        tree = SimpleParser.parse(parser)
+    except NoMatch as exc:
+        raise RegexError(f"malformed regex (interegular: {exc})", pattern, exc.index) from None
+    except (Unsupported, InvalidSyntax) as exc:
+        raise RegexError(f"unsupported or malformed regex: {exc}", pattern, parser.index) from None
+    if parser.flags is not None:
+        raise RegexError("inline flags are not supported", pattern, None)
+    return tree.simplify()

@@ -1,0 +1,495 @@
+"""Regex -> minimal byte-level DFA.
+
+Pipeline: interegular syntax tree -> Thompson NFA over code-point sets -> subset construction
+over *atoms* (the elementary code-point intervals the regex distinguishes) -> UTF-8 expansion
+(each code-point range becomes byte-range sequences; intermediate states are interned by the
+structure that remains, so "any continuation byte, then state t" exists once) -> pruning to
+reachable and live states -> Moore minimisation with byte-class compression.
+
+Invariants of the result: state 0 is dead (all its transitions lead to 0); every other state is
+reachable from the start state (1) and live, i.e. can still reach an accepting state.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Iterable
+from functools import lru_cache
+
+import numpy as np
+from interegular.patterns import _Concatenation, _CharGroup, _Repeated, Pattern
+
+from constrain.errors import RegexError
+from constrain.regex._syntax import parse
+from constrain.regex._utf8 import MAX_CODE_POINT, utf8_sequences
+
+DEAD = 0
+_FORCED_CAP = 4096
+
+CodeRanges = tuple[tuple[int, int], ...]
+
+
+class ByteDFA:
+    """A minimal DFA over bytes. State 0 is dead; every other state is reachable and live.
+
+    Attributes:
+        transitions: int32 array (n_states, 256) of next states.
+        accepting: bool array (n_states,).
+        start: the start state (1, or 0 when the language is empty).
+        pattern: the source, for messages.
+    """
+
+    __slots__ = ("transitions", "accepting", "start", "pattern", "_rows")
+
+    def __init__(self, transitions: np.ndarray, accepting: np.ndarray, start: int, pattern: str):
+        self.transitions = transitions
+        self.accepting = accepting
+        self.start = start
+        self.pattern = pattern
+        self._rows: list[list[int] | None] = [None] * len(transitions)
+        transitions.flags.writeable = False
+        accepting.flags.writeable = False
+
+    @property
+    def n_states(self) -> int:
+        return len(self.transitions)
+
+    def is_empty(self) -> bool:
+        return self.start == DEAD
+
+    def _row(self, state: int) -> list[int]:
+        row = self._rows[state]
+        if row is None:
+            row = self._rows[state] = self.transitions[state].tolist()
+        return row
+
+    def step(self, state: int, byte: int) -> int:
+        return self._row(state)[byte]
+
+    def walk(self, state: int, data: bytes) -> int:
+        """The state after reading `data` from `state` (0 once dead)."""
+        for b in data:
+            state = self._row(state)[b]
+            if state == DEAD:
+                return DEAD
+        return state
+
+    def matches(self, data: bytes | str) -> bool:
+        """Whether the whole of `data` is in the language."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        return bool(self.accepting[self.walk(self.start, data)])
+
+    def forced_bytes(self, state: int) -> bytes:
+        """Bytes forced next: taken while the state is not accepting and one byte leads on."""
+        out = bytearray()
+        seen = {state}
+        while state != DEAD and not self.accepting[state] and len(out) < _FORCED_CAP:
+            nxt = np.flatnonzero(self.transitions[state])
+            if len(nxt) != 1:
+                break
+            out.append(int(nxt[0]))
+            state = int(self.transitions[state, nxt[0]])
+            if state in seen:
+                break
+            seen.add(state)
+        return bytes(out)
+
+    def __repr__(self) -> str:
+        return f"ByteDFA({self.pattern!r}, n_states={self.n_states})"
+
+
+# -- syntax tree -> NFA ---------------------------------------------------------------------------
+
+
+def _complement(ranges: CodeRanges) -> CodeRanges:
+    """Every code point not in `ranges`, surrogates excluded (they have no UTF-8 encoding)."""
+    out, prev = [], 0
+    for lo, hi in sorted((*ranges, _SURROGATES)):
+        if lo > prev:
+            out.append((prev, lo - 1))
+        prev = max(prev, hi + 1)
+    if prev <= MAX_CODE_POINT:
+        out.append((prev, MAX_CODE_POINT))
+    return tuple(sorted(out))
+
+
+def _ranges_of(chars: Iterable[str]) -> CodeRanges:
+    out: list[list[int]] = []
+    for cp in sorted(map(ord, chars)):
+        if out and out[-1][1] + 1 == cp:
+            out[-1][1] = cp
+        else:
+            out.append([cp, cp])
+    return tuple((lo, hi) for lo, hi in out)
+
+
+_NEWLINE = _ranges_of("\n")
+_SURROGATES = (0xD800, 0xDFFF)
+
+
+class _NFA:
+    """Thompson NFA whose edges carry code-point range sets."""
+
+    def __init__(self, pattern: str, max_states: int, deadline: float):
+        self.eps: list[list[int]] = []
+        self.edges: list[list[tuple[CodeRanges, int]]] = []
+        self.pattern = pattern
+        self.max_states = max_states
+        self.deadline = deadline
+
+    def new(self) -> int:
+        if len(self.eps) >= self.max_states:
+            raise RegexError(
+                f"regex NFA exceeds {self.max_states} states (large repetition counts?); "
+                f"simplify the pattern or raise max_states",
+                self.pattern,
+            )
+        if len(self.eps) % 1024 == 0 and time.monotonic() > self.deadline:
+            raise RegexError("regex compilation exceeded its timeout", self.pattern)
+        self.eps.append([])
+        self.edges.append([])
+        return len(self.eps) - 1
+
+    def build(self, node, start: int) -> int:
+        """Add `node` starting at state `start`; return its end state."""
+        if isinstance(node, Pattern):
+            end = self.new()
+            for option in node.options:
+                s = self.new()
+                self.eps[start].append(s)
+                self.eps[self.build(option, s)].append(end)
+            return end
+        if isinstance(node, _Concatenation):
+            for part in node.parts:
+                start = self.build(part, start)
+            return start
+        if isinstance(node, _Repeated):
+            for _ in range(node.min):
+                start = self.build(node.base, start)
+            if node.max is None:
+                loop = self.new()
+                self.eps[start].append(loop)
+                self.eps[self.build(node.base, loop)].append(loop)
+                return loop
+            end = self.new()
+            for _ in range(node.max - node.min):
+                self.eps[start].append(end)
+                start = self.build(node.base, start)
+            self.eps[start].append(end)
+            return end
+        if isinstance(node, _CharGroup):
+            ranges = _ranges_of(node.chars)
+            return self._edge(start, _complement(ranges) if node.negated else ranges)
+        name = type(node).__name__
+        if name == "__DotCls":
+            return self._edge(start, _complement(_NEWLINE))
+        if name == "__EmptyCls":
+            return start
+        raise RegexError(f"unsupported regex construct {name}", self.pattern)
+
+    def _edge(self, start: int, ranges: CodeRanges) -> int:
+        end = self.new()
+        if ranges:
+            self.edges[start].append((ranges, end))
+        return end
+
+
+# -- NFA -> character DFA over atoms --------------------------------------------------------------
+
+
+def _determinize(
+    nfa: _NFA, start: int, final: int, max_states: int
+) -> tuple[list[dict[int, int]], list[bool], list[tuple[int, int]]]:
+    """Subset construction. Returns per-state {atom: next state}, accepting flags and the atoms."""
+    cuts = {0, MAX_CODE_POINT + 1}
+    for edges in nfa.edges:
+        for ranges, _ in edges:
+            for lo, hi in ranges:
+                cuts.add(lo)
+                cuts.add(hi + 1)
+    bounds = sorted(cuts)
+    atoms = list(zip(bounds[:-1], (b - 1 for b in bounds[1:])))
+    edge_atoms: list[list[tuple[range, int]]] = []
+    for edges in nfa.edges:
+        out = []
+        for ranges, target in edges:
+            for lo, hi in ranges:
+                out.append((range(bisect.bisect_left(bounds, lo), bisect.bisect_left(bounds, hi + 1)), target))
+        edge_atoms.append(out)
+
+    closures: dict[int, frozenset[int]] = {}
+
+    def closure(q: int) -> frozenset[int]:
+        got = closures.get(q)
+        if got is None:
+            seen, stack = {q}, [q]
+            while stack:
+                for r in nfa.eps[stack.pop()]:
+                    if r in seen:
+                        continue
+                    known = closures.get(r)
+                    if known is not None:  # a finished closure is complete: no need to walk it
+                        seen |= known
+                    else:
+                        seen.add(r)
+                        stack.append(r)
+            got = closures[q] = frozenset(seen)
+        return got
+
+    first = closure(start)
+    ids = {first: 0}
+    order = [first]
+    table: list[dict[int, int]] = []
+    accepting: list[bool] = []
+    while len(table) < len(order):
+        if time.monotonic() > nfa.deadline:
+            raise RegexError("regex compilation exceeded its timeout", nfa.pattern)
+        current = order[len(table)]
+        moves: dict[int, set[int]] = {}
+        for q in current:
+            for atom_range, target in edge_atoms[q]:
+                for a in atom_range:
+                    moves.setdefault(a, set()).add(target)
+        row: dict[int, int] = {}
+        by_targets: dict[frozenset[int], int] = {}
+        for a, targets in moves.items():
+            key = frozenset(targets)
+            dest = by_targets.get(key)
+            if dest is None:
+                subset = frozenset().union(*(closure(t) for t in targets))
+                dest = ids.get(subset)
+                if dest is None:
+                    if len(order) >= max_states:
+                        raise RegexError(
+                            f"regex DFA exceeds max_states={max_states}; simplify the pattern "
+                            f"or raise the limit",
+                            nfa.pattern,
+                        )
+                    dest = ids[subset] = len(order)
+                    order.append(subset)
+                by_targets[key] = dest
+            row[a] = dest
+        table.append(row)
+        accepting.append(final in current)
+    return table, accepting, atoms
+
+
+# -- pruning and minimisation (over any alphabet: atoms or bytes) ---------------------------------
+
+
+def _reachable(trans: np.ndarray, start: int) -> np.ndarray:
+    seen = np.zeros(len(trans), dtype=bool)
+    seen[start] = True
+    frontier = np.array([start])
+    while len(frontier):
+        nxt = np.unique(trans[frontier])
+        nxt = nxt[~seen[nxt]]
+        seen[nxt] = True
+        frontier = nxt
+    return seen
+
+
+def _live(trans: np.ndarray, accepting: np.ndarray) -> np.ndarray:
+    n = len(trans)
+    src = np.repeat(np.arange(n), trans.shape[1])
+    dst = trans.ravel()
+    order = np.argsort(dst, kind="stable")
+    src, dst = src[order], dst[order]
+    starts = np.searchsorted(dst, np.arange(n + 1))
+    live = accepting.copy()
+    frontier = np.flatnonzero(live)
+    while len(frontier):
+        preds = np.unique(np.concatenate([src[starts[s] : starts[s + 1]] for s in frontier]))
+        preds = preds[~live[preds]]
+        live[preds] = True
+        frontier = preds
+    return live
+
+
+def _minimize(trans: np.ndarray, accepting: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
+    """Prune to reachable and live states and merge equivalent ones (Moore refinement).
+
+    `trans` is (n, k) with -1 for "no transition". The result is (m, k) with state 0 dead (all
+    its transitions and every missing one lead to 0), start state 1, the others in BFS order;
+    m == 1 when the language is empty.
+    """
+    n = len(trans) + 1
+    full = np.zeros((n, trans.shape[1]), dtype=np.int64)
+    full[1:] = trans + 1
+    acc = np.zeros(n, dtype=bool)
+    acc[1:] = accepting
+    start += 1
+    keep = _reachable(full, start) & _live(full, acc)
+    keep[0] = False
+    if not keep[start]:
+        return np.zeros((1, trans.shape[1]), dtype=np.int32), np.zeros(1, dtype=bool)
+    full[~keep[full]] = 0
+    full[~keep] = 0
+    _, col_first = np.unique(full.T, axis=0, return_index=True)
+    compact = full[:, col_first]  # one column per class of symbols that behave alike
+    cls = np.where(keep, acc.astype(np.int64) + 1, 0)
+    n_classes = len(np.unique(cls))
+    while True:
+        ids: dict[tuple, int] = {}
+        signatures = np.column_stack([cls, cls[compact]]).tolist()
+        cls = np.array([ids.setdefault(tuple(sig), len(ids)) for sig in signatures])
+        if len(ids) == n_classes:
+            break
+        n_classes = len(ids)
+    rep = np.zeros(n_classes, dtype=np.int64)
+    rep[cls[::-1]] = np.arange(n - 1, -1, -1)  # a representative state of each class
+    class_trans = cls[full[rep]]
+    number = np.full(n_classes, -1, dtype=np.int64)
+    number[cls[0]] = 0
+    number[cls[start]] = 1
+    queue, next_id, head = [int(cls[start])], 2, 0
+    while head < len(queue):
+        c = queue[head]
+        head += 1
+        for d in np.unique(class_trans[c]).tolist():
+            if number[d] < 0:
+                number[d] = next_id
+                next_id += 1
+                queue.append(d)
+    valid = number >= 0
+    out = np.zeros((next_id, trans.shape[1]), dtype=np.int32)
+    out_acc = np.zeros(next_id, dtype=bool)
+    out[number[valid]] = number[class_trans[valid]]
+    out_acc[number[valid]] = acc[rep[valid]]
+    out[0] = 0
+    out_acc[0] = False
+    return out, out_acc
+
+
+# -- minimal character DFA -> byte DFA ------------------------------------------------------------
+
+
+@lru_cache(maxsize=4096)
+def _sequences(lo: int, hi: int) -> tuple:
+    return tuple(utf8_sequences(lo, hi))
+
+
+class _ByteBuilder:
+    """Expands a character DFA into bytes; intermediate states are interned by what remains.
+
+    Interning makes the expansion of a minimal character DFA minimal over bytes: two
+    intermediate states with the same remaining structure are the same state.
+    """
+
+    def __init__(self, n_char_states: int):
+        self.rows: list[list[tuple[int, int, int]]] = [[] for _ in range(n_char_states)]
+        self._interned: dict[tuple, int] = {}
+
+    def edges(self, items: list[tuple[tuple[tuple[int, int], ...], int]]) -> list[tuple[int, int, int]]:
+        cuts = sorted({seq[0][0] for seq, _ in items} | {seq[0][1] + 1 for seq, _ in items})
+        out = []
+        for lo, nxt in zip(cuts, cuts[1:]):
+            covering = [(seq[1:], t) for seq, t in items if seq[0][0] <= lo and nxt - 1 <= seq[0][1]]
+            if not covering:
+                continue
+            if not covering[0][0]:
+                dest = covering[0][1]  # a whole character read: on to the character state
+            else:
+                dest = self.intermediate(tuple(sorted(covering)))
+            out.append((lo, nxt - 1, dest))
+        return out
+
+    def intermediate(self, key: tuple) -> int:
+        state = self._interned.get(key)
+        if state is None:
+            state = self._interned[key] = len(self.rows)
+            self.rows.append([])
+            self.rows[state] = self.edges(list(key))
+        return state
+
+
+def _to_bytes(table: np.ndarray, accepting: np.ndarray, atoms: list[tuple[int, int]], pattern: str) -> ByteDFA:
+    """Expand a minimal character DFA (dead 0, start 1, columns = atoms) into a byte DFA."""
+    builder = _ByteBuilder(len(table))
+    for state in range(1, len(table)):
+        row = table[state].tolist()
+        items = []
+        lo = 0
+        for a in range(1, len(row) + 1):  # runs of adjacent atoms with the same live target
+            if a == len(row) or row[a] != row[lo]:
+                if row[lo] != DEAD:
+                    items.extend((seq, row[lo]) for seq in _sequences(atoms[lo][0], atoms[a - 1][1]))
+                lo = a
+        builder.rows[state] = builder.edges(items)
+    trans = np.zeros((len(builder.rows), 256), dtype=np.int32)
+    for state, row in enumerate(builder.rows):
+        for lo, hi, dest in row:
+            trans[state, lo : hi + 1] = dest
+    acc = np.zeros(len(builder.rows), dtype=bool)
+    acc[: len(accepting)] = accepting
+    return ByteDFA(trans, acc, 1 if len(table) > 1 else DEAD, pattern)
+
+
+# -- public constructors --------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=256)
+def compile_regex(pattern: str, *, max_states: int = 100_000, timeout: float = 10.0) -> ByteDFA:
+    """Compile `pattern` (full-match semantics over UTF-8 bytes) to a minimal byte DFA.
+
+    Args:
+        pattern: the regex; see docs/regex.md for the supported syntax.
+        max_states: cap on NFA and character-DFA states.
+        timeout: cap on compile time, in seconds.
+
+    Raises:
+        RegexError: malformed or unsupported syntax (with its position), or a limit exceeded.
+    """
+    if not isinstance(pattern, str):
+        raise TypeError(f"a regex must be a str, got {type(pattern).__name__}")
+    deadline = time.monotonic() + timeout
+    tree = parse(pattern)
+    nfa = _NFA(pattern, max_states=4 * max_states, deadline=deadline)
+    start = nfa.new()
+    final = nfa.build(tree, start)
+    rows, accepting, atoms = _determinize(nfa, start, final, max_states)
+    table = np.full((len(rows), len(atoms)), -1, dtype=np.int64)
+    for state, row in enumerate(rows):
+        if row:
+            table[state, list(row)] = list(row.values())
+    table, acc = _minimize(table, np.array(accepting), 0)
+    return _to_bytes(table, acc, atoms, pattern)
+
+
+def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
+    """The minimal DFA of a finite set of strings (str items are UTF-8 encoded).
+
+    Builds the trie of the set, then merges equivalent states bottom-up (the trie is acyclic,
+    so one pass over states in reverse creation order, keyed by their outgoing edges, is exact).
+    """
+    items = sorted({s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in strings})
+    rows: list[dict[int, int]] = [{}]
+    accepting = [False]
+    for data in items:
+        state = 0
+        for b in data:
+            nxt = rows[state].get(b)
+            if nxt is None:
+                nxt = rows[state][b] = len(rows)
+                rows.append({})
+                accepting.append(False)
+            state = nxt
+        accepting[state] = True
+    canonical = [0] * len(rows)
+    registry: dict[tuple, int] = {}
+    for state in range(len(rows) - 1, -1, -1):  # children are created after their parents
+        key = (accepting[state], tuple((b, canonical[t]) for b, t in sorted(rows[state].items())))
+        canonical[state] = registry.setdefault(key, state)
+    # renumber the canonical states: dead 0, start 1, then in creation order
+    kept = sorted(set(canonical))
+    number = {old: i + 1 for i, old in enumerate(kept)}
+    trans = np.zeros((len(kept) + 1, 256), dtype=np.int32)
+    acc = np.zeros(len(kept) + 1, dtype=bool)
+    for old in kept:
+        for b, t in rows[old].items():
+            trans[number[old], b] = number[canonical[t]]
+        acc[number[old]] = accepting[old]
+    summary = " | ".join(repr(s) for s in items[:3]) + (f" ... ({len(items)} strings)" if len(items) > 3 else "")
+    return ByteDFA(trans, acc, 1 if items else DEAD, summary)

@@ -1,0 +1,72 @@
+"""`generate()` end to end: outputs always satisfy the constraint, finish reasons, stats."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import constrain as cn
+
+# bounded regexes, so a random model always reaches an accepting state within max_tokens
+GENERATION_REGEXES = [
+    r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])",
+    r"(yes|no|maybe)",
+    r"[a-z]{1,8}@[a-z]{1,6}\.(com|org)",
+    r'\{"id": [1-9]\d{0,3}, "ok": (true|false)\}',
+    r"(café|naïve|日本|🎉){1,3}",
+    r"[A-Z][a-z]{0,6}( [A-Z][a-z]{0,6}){0,2}",
+    r"-?(0|[1-9]\d{0,5})(\.\d{1,3})?",
+    r"\(\d{3}\) \d{3}-\d{4}",
+]
+
+
+def test_thousand_sampled_generations_all_match(tiny_model):
+    """1,000 generations with a random-weight model across regexes all fully match."""
+    n_per_regex = 125
+    for pattern in GENERATION_REGEXES:
+        for seed in range(n_per_regex):
+            out = cn.generate(
+                tiny_model, "x", regex=pattern, max_tokens=64, seed=seed, chat=False
+            )
+            assert out.finish_reason == "stop" and out.complete, (pattern, out.text)
+            assert re.fullmatch(pattern, out.text), (pattern, out.text)
+            assert tiny_model.vocab.decode_bytes(out.tokens) == out.text.encode()
+
+
+def test_choices_and_greedy_determinism(tiny_model):
+    choices = ["red", "green", "blue", "light blue"]
+    outs = [cn.generate(tiny_model, "Color?", choices=choices, greedy=True, chat=False) for _ in range(2)]
+    assert outs[0].text in choices and outs[0].text == outs[1].text
+    sampled = {cn.generate(tiny_model, "Color?", choices=choices, seed=s, chat=False).text for s in range(30)}
+    assert sampled <= set(choices) and len(sampled) >= 2
+
+
+def test_same_seed_same_output(tiny_model):
+    a = cn.generate(tiny_model, "x", regex=r"[a-z ]{5,20}\.", seed=7, chat=False)
+    b = cn.generate(tiny_model, "x", regex=r"[a-z ]{5,20}\.", seed=7, chat=False)
+    assert a.tokens == b.tokens
+
+
+def test_length_cut_is_marked_incomplete(tiny_model):
+    out = cn.generate(tiny_model, "x", regex=r"[a-z]{50}", max_tokens=3, seed=0, chat=False)
+    assert out.finish_reason == "length" and not out.complete
+    assert len(out.tokens) == 3
+    assert re.fullmatch(r"[a-z]{1,50}", out.text)  # a valid prefix, never invalid text
+
+
+def test_stats_and_weight(tiny_model):
+    out = cn.generate(tiny_model, "x", regex=r"(ab|cd){2}", seed=0, chat=False)
+    s = out.stats
+    assert s.prefill_s > 0 and s.total_s >= s.prefill_s
+    assert len(s.token_s) >= 1 and s.constraint_s > 0
+    assert out.log_weight <= 0.0  # each step keeps a probability mass Z <= 1
+
+
+def test_bad_arguments(tiny_model):
+    with pytest.raises(ValueError, match="at most one"):
+        cn.generate(tiny_model, "x", regex="a", choices=["a"])
+    with pytest.raises(cn.RegexError):
+        cn.generate(tiny_model, "x", regex=r"(?=a)a")
+    with pytest.raises(ValueError, match="temperature"):
+        cn.generate(tiny_model, "x", regex="a", temperature=0)

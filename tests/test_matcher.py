@@ -1,0 +1,169 @@
+"""Matcher for regexes and choices: soundness and completeness of masks, the Matcher contract."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import regex as regex_oracle  # supports partial matches: is this text a prefix of a match?
+
+import constrain as cn
+from constrain.vocab import Vocabulary
+
+REGEXES = [
+    r"\d{4}-\d{2}-\d{2}",
+    r"[a-z]{1,12}@[a-z]{2,8}\.(com|org|net)",
+    r'\{"name": "[A-Z][a-z]{0,10}", "age": [1-9]\d?\}',
+    r"(yes|no|maybe)",
+    r"[^\n]{0,20}\n",
+    r"(café|naïve|日本|🎉)+",
+    r"\(\d{3}\) \d{3}-\d{4}",
+    r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?",
+]
+
+
+def _oracle_allows(pattern: str, prefix: bytes) -> bool | None:
+    """Python's `regex` partial match; None when `prefix` ends inside a UTF-8 character."""
+    try:
+        text = prefix.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return regex_oracle.fullmatch(pattern, text, partial=True) is not None
+
+
+def _random_path(matcher: cn.Matcher, rng: np.random.Generator, steps: int) -> list[int]:
+    """Advance by `steps` random allowed text tokens; returns the tokens consumed."""
+    eos = set(matcher.constraint.vocab.eos_ids)
+    consumed = []
+    for _ in range(steps):
+        allowed = [t for t in np.flatnonzero(matcher.mask()).tolist() if t not in eos]
+        if not allowed:
+            break
+        token = int(rng.choice(allowed))
+        matcher.advance(token)
+        consumed.append(token)
+    return consumed
+
+
+@pytest.mark.parametrize("pattern", REGEXES)
+def test_masks_are_sound_and_complete(any_vocab: Vocabulary, pattern):
+    """At sampled states the mask equals a per-token brute-force check and the regex oracle."""
+    constraint = cn.Constraint(cn.Grammar.from_regex(pattern), any_vocab)
+    rng = np.random.default_rng(0)
+    for steps in (0, 1, 3, 6):
+        m = constraint.start()
+        text = any_vocab.decode_bytes(_random_path(m, rng, steps))
+        mask = m.mask()
+        assert mask.shape == (any_vocab.size,) and mask.dtype == bool
+        brute = np.array([m.check(i) for i in range(any_vocab.size)], dtype=bool)
+        np.testing.assert_array_equal(mask, brute)
+        candidates = np.flatnonzero(mask)[:300].tolist() + rng.integers(0, any_vocab.size, 300).tolist()
+        for t in candidates:
+            data = any_vocab.token_bytes(t)
+            if data is None:
+                continue
+            expected = _oracle_allows(pattern, text + data)
+            if expected is not None:
+                assert bool(mask[t]) == expected, (pattern, text + data)
+        in_language = _oracle_allows(pattern, text) and regex_oracle.fullmatch(pattern, text.decode())
+        for eos in any_vocab.eos_ids:
+            assert mask[eos] == bool(in_language)
+        assert m.accepting() == bool(in_language)
+
+
+def test_special_and_padding_tokens_never_allowed(smollm_vocab: Vocabulary):
+    vocab = Vocabulary(
+        [smollm_vocab.token_bytes(i) for i in range(len(smollm_vocab.tokenizer))],
+        smollm_vocab.eos_ids,
+        size=smollm_vocab.size + 64,
+        tokenizer=smollm_vocab.tokenizer,
+    )
+    m = cn.Constraint(cn.Grammar.from_regex(r"[^\n]*"), vocab).start()
+    mask = m.mask()
+    assert not mask[len(vocab.tokenizer) :].any()
+    for i in vocab.tokenizer.all_special_ids:
+        assert mask[i] == (i in vocab.eos_ids)
+
+
+def _tiny_vocab() -> Vocabulary:
+    pieces = [b"a", b"b", b"ab", b"ba", b"abc", b"c", b"-", b"\xc3", b"\xa9", b"\xc3\xa9", None]
+    return Vocabulary(pieces, eos_ids=[10], size=12)
+
+
+def test_matcher_contract_on_a_tiny_vocabulary():
+    vocab = _tiny_vocab()
+    c = cn.Constraint(cn.Grammar.from_regex(r"(ab|é)+c?"), vocab)
+    m = c.start()
+    assert not m.accepting() and not m.done()
+    assert np.flatnonzero(m.mask()).tolist() == [0, 2, 4, 7, 9]  # a ab abc \xc3 é
+    assert m.check(2) and not m.check(1) and not m.check(10) and not m.check(11)
+    m.advance(7)  # half of é
+    assert np.flatnonzero(m.mask()).tolist() == [8]
+    m.advance(8)
+    assert m.accepting() and m.check(10)
+    with pytest.raises(cn.InvalidTokenError, match="expects one of the bytes"):
+        m.advance(1)
+    f = m.fork()
+    f.advance(4)  # abc
+    assert f.done() and f.accepting()
+    assert np.flatnonzero(f.mask()).tolist() == [10]
+    f.advance(10)
+    assert f.finished() and not f.check(10) and not f.mask().any()
+    with pytest.raises(cn.InvalidTokenError, match="already ended"):
+        f.advance(0)
+    assert m.n_tokens == 2 and not m.done()  # the fork did not touch m
+    f.rollback(2)
+    assert f.n_tokens == 2 and f.state == m.state
+    with pytest.raises(ValueError):
+        f.rollback(5)
+    # advance_many is atomic: a failing batch leaves the matcher untouched
+    before = m.n_tokens
+    with pytest.raises(cn.InvalidTokenError):
+        m.advance_many([0, 0])
+    assert m.n_tokens == before
+
+
+def test_forced_tokens_are_allowed_and_healed(smollm_vocab: Vocabulary):
+    c = cn.Constraint(cn.Grammar.from_regex(r'\{"name": "[a-z]+", "id": \d+\}'), smollm_vocab)
+    m = c.start()
+    assert m.forced_bytes() == b'{"name": "'
+    forced = m.forced()
+    assert forced, "a long forced prefix yields forced tokens"
+    text = smollm_vocab.decode_bytes(forced)
+    assert b'{"name": "'.startswith(text)
+    # healing: the last forced token cannot be extended by a vocabulary token
+    assert not smollm_vocab.trie.has_extension(smollm_vocab.decode_bytes(forced[-1:]))
+    for t in forced:
+        assert m.check(t)
+        m.advance(t)
+    assert m.forced() == [] or m.forced_bytes()
+
+
+def test_choices(smollm_vocab: Vocabulary):
+    choices = ["Paris", "London", "Berlin", "Bern", "日本"]
+    c = cn.Constraint(cn.Grammar.from_choices(choices), smollm_vocab)
+    for choice in choices:
+        m = c.start()
+        for t in smollm_vocab.encode(choice):
+            m.advance(t)
+        assert m.accepting()
+    m = c.start()
+    m.advance_many(smollm_vocab.encode("Bern"))
+    assert m.accepting() and m.done()  # nothing extends "Bern"
+    m = c.start()
+    m.advance_many(smollm_vocab.encode("Ber"))
+    assert not m.accepting() and not m.done()
+    with pytest.raises(cn.GrammarError):
+        cn.Grammar.from_choices([])
+
+
+def test_empty_language_is_an_error_at_compile_time():
+    with pytest.raises(cn.GrammarError, match="empty"):
+        cn.Grammar.from_regex(r"a[^\s\S]")
+
+
+def test_vocabulary_that_cannot_spell_the_grammar_is_reported():
+    vocab = Vocabulary([b"a", b"b"], eos_ids=[2], size=3)
+    m = cn.Constraint(cn.Grammar.from_regex(r"az"), vocab).start()
+    m.advance(0)
+    with pytest.raises(cn.VocabularyError, match="b'z'"):
+        m.mask()
