@@ -1,0 +1,97 @@
+"""Model runtime: load models (bundled offline GGUF ones by default) as KV-cache streams.
+
+    model = load_model()                      # bundled SmolLM2-135M-Instruct
+    stream = model.start(model.encode_prompt("Hi"))
+    lp = model.logprobs([stream])             # (1, V) next-token log-probabilities
+    model.append(stream, token); model.rollback(stream, 1); twin = model.fork(stream)
+"""
+
+from __future__ import annotations
+
+import os
+
+from constrain.errors import ModelLoadError
+from constrain.models.bundled import (
+    BUNDLED,
+    DEFAULT_MODEL,
+    bundled_models,
+    cache_dir,
+    load_from_gguf,
+    model_dir,
+    resolve,
+    tokenizer_dir,
+)
+from constrain.models.transformers_lm import Stream, TransformersLM, resolve_device
+
+__all__ = [
+    "BUNDLED",
+    "DEFAULT_MODEL",
+    "Stream",
+    "TransformersLM",
+    "bundled_models",
+    "cache_dir",
+    "load_model",
+    "load_tokenizer",
+    "resolve_device",
+]
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def _load_failed(name: str, exc: Exception) -> ModelLoadError:
+    hint = " (this machine is offline: HF_HUB_OFFLINE is set and there is no local copy)" if _offline() else ""
+    return ModelLoadError(f"could not load {name!r}{hint}: {exc}")
+
+
+def load_tokenizer(name_or_path: str | None = None):
+    """The tokenizer of a bundled model, a local directory or a Hub id (cached for bundled ones)."""
+    from transformers import AutoTokenizer
+
+    bundled = resolve(name_or_path)
+    try:
+        if bundled is not None:
+            return AutoTokenizer.from_pretrained(str(tokenizer_dir(bundled)))
+        return AutoTokenizer.from_pretrained(name_or_path)
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # transformers raises OSError/ValueError/HF errors
+        raise _load_failed(str(name_or_path), exc) from exc
+
+
+def load_model(name_or_path: str | None = None, *, device: str = "auto", dtype=None) -> TransformersLM:
+    """Load a causal LM as a `TransformersLM`.
+
+    Args:
+        name_or_path: None or "smollm2-135m-instruct" (bundled default), "gemma-3-270m"
+            (bundled), a local directory, or a Hugging Face Hub id.
+        device: "auto" (CUDA, then MPS, then CPU) or a torch device.
+        dtype: torch dtype of the weights (default float32).
+
+    Raises:
+        ModelLoadError: the bundled package is missing, or the model cannot be found.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    bundled = resolve(name_or_path)
+    try:
+        source = str(model_dir(bundled)) if bundled is not None else name_or_path
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or torch.float32)
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise _load_failed(str(name_or_path), exc) from exc
+    name = bundled.name if bundled is not None else str(name_or_path)
+    return TransformersLM(hf_model, tokenizer, name=name, device=device)
+
+
+def load_gguf_uncached(name: str | None = None, *, device: str = "auto") -> TransformersLM:
+    """A bundled model dequantised straight from its GGUF (slow; used to verify the cache)."""
+    bundled = resolve(name)
+    if bundled is None:
+        raise ModelLoadError(f"{name!r} is not a bundled model")
+    hf_model, tokenizer = load_from_gguf(bundled)
+    return TransformersLM(hf_model, tokenizer, name=bundled.name, device=device)

@@ -1,0 +1,219 @@
+"""A Hugging Face causal LM as a `LanguageModel` of KV-cache streams.
+
+A `Stream` is one sequence: its tokens and a KV cache covering a prefix of them. Tokens are
+appended cheaply and fed lazily, so the next `logprobs` call runs one forward over whatever
+is pending. `score` feeds k tokens in one forward and returns k + 1 rows (verification for
+speculative decoding); `fork` copies the cache; `rollback` crops it.
+
+Invariant: ``stream._cache`` holds exactly ``stream.tokens[:stream._n_fed]``; ``stream._last``
+is the next-token distribution after all tokens when ``_n_fed == len(tokens)``, else None.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+
+_END_OF_TURN = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """"auto" picks CUDA, then MPS, then the CPU."""
+    if str(device) != "auto":
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+class Stream:
+    """One sequence being generated: its tokens and KV cache (see the module docstring)."""
+
+    __slots__ = ("tokens", "prompt_len", "_cache", "_n_fed", "_last")
+
+    def __init__(self, tokens: list[int], cache, n_fed: int, last: torch.Tensor | None):
+        self.tokens = tokens
+        self.prompt_len = len(tokens)
+        self._cache = cache
+        self._n_fed = n_fed
+        self._last = last
+
+    @property
+    def generated(self) -> list[int]:
+        """Tokens appended after the prompt."""
+        return self.tokens[self.prompt_len :]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __repr__(self) -> str:
+        return f"Stream(len={len(self.tokens)}, prompt_len={self.prompt_len}, fed={self._n_fed})"
+
+
+class TransformersLM:
+    """Any `transformers` causal LM with a tokenizer, as streams with KV caches.
+
+    Args:
+        hf_model: a `PreTrainedModel` with a causal-LM head.
+        tokenizer: its tokenizer.
+        name: a display name.
+        device: "auto" or a torch device; the model is moved there.
+    """
+
+    def __init__(self, hf_model, tokenizer, *, name: str = "", device: str | torch.device = "auto"):
+        self.device = resolve_device(device)
+        self.hf_model = hf_model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.name = name or getattr(hf_model.config, "name_or_path", "") or type(hf_model).__name__
+        self._vocab = None
+
+    # -- vocabulary and prompts -----------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        """The logits dimension (may exceed the tokenizer's length)."""
+        return int(self.hf_model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """Token ids that end generation: the tokenizer's and generation config's EOS, and the
+        end-of-turn token of chat models."""
+        ids: set[int] = set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        gen = getattr(self.hf_model, "generation_config", None)
+        configured = getattr(gen, "eos_token_id", None) if gen is not None else None
+        if configured is not None:
+            ids.update([configured] if isinstance(configured, int) else configured)
+        if self.has_chat_template:
+            vocab = self.tokenizer.get_vocab()
+            ids.update(vocab[t] for t in _END_OF_TURN if t in vocab)
+        return tuple(sorted(ids))
+
+    @property
+    def vocab(self):
+        """The `constrain.Vocabulary` of this model (built once)."""
+        if self._vocab is None:
+            from constrain.vocab import Vocabulary
+
+            self._vocab = Vocabulary.from_tokenizer(self.tokenizer, size=self.vocab_size, eos_ids=self.eos_ids)
+        return self._vocab
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def encode_prompt(
+        self, prompt: str | Sequence[dict], *, chat: bool | None = None, system: str | None = None
+    ) -> list[int]:
+        """Token ids of a prompt; the chat template is applied when the tokenizer has one.
+
+        Args:
+            prompt: a user message, or a list of ``{"role", "content"}`` messages.
+            chat: force (True) or skip (False) the chat template; None = when available.
+            system: an optional system message (chat only).
+        """
+        use_chat = self.has_chat_template if chat is None else chat
+        if use_chat:
+            if not self.has_chat_template:
+                raise ValueError(f"{self.name} has no chat template; pass chat=False")
+            messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+            if system is not None:
+                messages = [{"role": "system", "content": system}, *messages]
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
+        if not isinstance(prompt, str):
+            raise TypeError("a list of messages needs the chat template (chat=True)")
+        ids = list(self.tokenizer.encode(prompt))  # with the tokenizer's BOS if it adds one
+        if not ids and self.tokenizer.bos_token_id is not None:
+            ids = [self.tokenizer.bos_token_id]
+        return ids
+
+    # -- streams --------------------------------------------------------------------------------
+
+    def _forward(self, stream: Stream, token_ids: list[int]) -> torch.Tensor:
+        """Feed `token_ids` after the cached prefix; returns their (n, V) float32 log-probs."""
+        from transformers import DynamicCache
+
+        if stream._cache is None:
+            stream._cache = DynamicCache(config=self.hf_model.config)
+        ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            out = self.hf_model(input_ids=ids, past_key_values=stream._cache, use_cache=True)
+        stream._cache = out.past_key_values
+        stream._n_fed += len(token_ids)
+        return torch.log_softmax(out.logits[0].float(), dim=-1)
+
+    def start(self, prompt_ids: Sequence[int]) -> Stream:
+        """A stream over `prompt_ids`, prefilled (the first `logprobs` call is then free)."""
+        if len(prompt_ids) == 0:
+            raise ValueError("a stream needs at least one prompt token")
+        stream = Stream(list(prompt_ids), None, 0, None)
+        stream._last = self._forward(stream, stream.tokens)[-1]
+        return stream
+
+    def append(self, stream: Stream, token: int) -> None:
+        """Record `token`; it is fed at the next `logprobs` or `score`."""
+        stream.tokens.append(int(token))
+        stream._last = None
+
+    def logprobs(self, streams: Sequence[Stream]) -> torch.Tensor:
+        """(B, V) next-token log-probabilities, one row per stream.
+
+        Each stream's pending tokens are fed in one forward of its own (streams are not yet
+        batched into a single forward).
+        """
+        rows = []
+        for stream in streams:
+            if stream._last is None:
+                stream._last = self._forward(stream, stream.tokens[stream._n_fed :])[-1]
+            rows.append(stream._last)
+        return torch.stack(rows)
+
+    def score(self, stream: Stream, tokens: Sequence[int]) -> torch.Tensor:
+        """Append `tokens` and return (k + 1, V) log-probs from one forward.
+
+        Row 0 is the distribution before ``tokens[0]``, row i the one after ``tokens[:i]``.
+        """
+        pending = stream.tokens[stream._n_fed :]
+        before = stream._last
+        stream.tokens.extend(int(t) for t in tokens)
+        if not pending and before is None:  # only possible right after a rollback to 0 fed
+            raise RuntimeError("stream has no distribution to start from")
+        rows = self._forward(stream, pending + list(tokens)) if (pending or tokens) else None
+        if pending:
+            result = rows[len(pending) - 1 :]
+        elif rows is not None:
+            result = torch.cat([before.unsqueeze(0), rows])
+        else:
+            result = before.unsqueeze(0)
+        stream._last = result[-1]
+        return result
+
+    def fork(self, stream: Stream) -> Stream:
+        """An independent copy of `stream` (its KV cache is copied)."""
+        twin = Stream(list(stream.tokens), copy.deepcopy(stream._cache), stream._n_fed, stream._last)
+        twin.prompt_len = stream.prompt_len
+        return twin
+
+    def rollback(self, stream: Stream, n: int) -> None:
+        """Drop the last `n` tokens; the KV cache is cropped to match."""
+        if not 0 <= n < len(stream.tokens):
+            raise ValueError(f"cannot roll back {n} of {len(stream.tokens)} tokens")
+        if n == 0:
+            return
+        del stream.tokens[-n:]
+        keep = len(stream.tokens)
+        if stream._n_fed >= keep:
+            # keep tokens[:keep-1] cached; the last token is re-fed to get its distribution
+            stream._cache.crop(-(stream._n_fed - (keep - 1)))
+            stream._n_fed = keep - 1
+            stream._last = None
+        stream.prompt_len = min(stream.prompt_len, keep)
+
+    def __repr__(self) -> str:
+        return f"TransformersLM({self.name!r}, device={self.device}, vocab_size={self.vocab_size})"

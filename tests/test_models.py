@@ -1,0 +1,121 @@
+"""Model runtime: streams (KV caches, score, fork, rollback), bundled models and their cache."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from constrain.errors import ModelLoadError
+
+
+def _full_forward(model, tokens):
+    with torch.inference_mode():
+        logits = model.hf_model(torch.tensor([tokens])).logits[0]
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+TOKENS = [1, 510, 2020, 33, 17, 905, 28120, 12, 13, 4000, 77]
+
+
+def test_incremental_logprobs_equal_a_full_forward(tiny_model):
+    s = tiny_model.start(TOKENS[:5])
+    for t in TOKENS[5:]:
+        tiny_model.append(s, t)
+        tiny_model.logprobs([s])
+    full = _full_forward(tiny_model, TOKENS)
+    torch.testing.assert_close(tiny_model.logprobs([s])[0], full[-1], atol=1e-4, rtol=1e-4)
+
+
+def test_score_rows_equal_token_by_token(tiny_model):
+    s = tiny_model.start(TOKENS[:4])
+    rows = tiny_model.score(s, TOKENS[4:9])
+    assert rows.shape == (6, tiny_model.vocab_size)
+    full = _full_forward(tiny_model, TOKENS[:9])
+    torch.testing.assert_close(rows, full[3:9], atol=1e-4, rtol=1e-4)
+    assert s.tokens == TOKENS[:9]
+    # score with pending appended tokens feeds them in the same forward
+    tiny_model.append(s, TOKENS[9])
+    rows = tiny_model.score(s, [TOKENS[10]])
+    torch.testing.assert_close(rows, _full_forward(tiny_model, TOKENS)[9:11], atol=1e-4, rtol=1e-4)
+
+
+def test_fork_is_independent(tiny_model):
+    s = tiny_model.start(TOKENS[:6])
+    before = tiny_model.logprobs([s])[0].clone()
+    f = tiny_model.fork(s)
+    tiny_model.append(f, 999)
+    tiny_model.logprobs([f])
+    torch.testing.assert_close(tiny_model.logprobs([s])[0], before)
+    tiny_model.append(s, 5)
+    torch.testing.assert_close(tiny_model.logprobs([s])[0], _full_forward(tiny_model, TOKENS[:6] + [5])[-1], atol=1e-4, rtol=1e-4)
+    assert f.tokens == TOKENS[:6] + [999]
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_rollback_then_reappend_matches_a_fresh_run(tiny_model, n):
+    s = tiny_model.start(TOKENS[:3])
+    tiny_model.score(s, TOKENS[3:8])
+    tiny_model.rollback(s, n)
+    assert s.tokens == TOKENS[: 8 - n]
+    torch.testing.assert_close(tiny_model.logprobs([s])[0], _full_forward(tiny_model, TOKENS[: 8 - n])[-1], atol=1e-4, rtol=1e-4)
+    for t in TOKENS[8 - n : 10]:
+        tiny_model.append(s, t)
+    torch.testing.assert_close(tiny_model.logprobs([s])[0], _full_forward(tiny_model, TOKENS[:10])[-1], atol=1e-4, rtol=1e-4)
+    # rolling back tokens that were appended but never fed
+    tiny_model.append(s, 42)
+    tiny_model.rollback(s, 1)
+    torch.testing.assert_close(tiny_model.logprobs([s])[0], _full_forward(tiny_model, TOKENS[:10])[-1], atol=1e-4, rtol=1e-4)
+
+
+def test_batch_logprobs_equal_individual_calls(tiny_model):
+    a, b = tiny_model.start(TOKENS[:3]), tiny_model.start(TOKENS[2:9])
+    batch = tiny_model.logprobs([a, b])
+    assert batch.shape == (2, tiny_model.vocab_size)
+    torch.testing.assert_close(batch[0], _full_forward(tiny_model, TOKENS[:3])[-1], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(batch[1], _full_forward(tiny_model, TOKENS[2:9])[-1], atol=1e-4, rtol=1e-4)
+
+
+def test_cached_model_gives_the_gguf_models_logits(smollm):
+    """The converted cache must reproduce the GGUF-loaded model exactly (acceptance check)."""
+    from constrain.models import load_gguf_uncached
+
+    direct = load_gguf_uncached("smollm2-135m-instruct", device=smollm.device)
+    ids = smollm.encode_prompt("Name three primary colours.")
+    with torch.inference_mode():
+        a = smollm.hf_model(torch.tensor([ids], device=smollm.device)).logits
+        b = direct.hf_model(torch.tensor([ids], device=smollm.device)).logits
+    torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_chat_template_and_eos(smollm):
+    ids = smollm.encode_prompt("hi")
+    text = smollm.tokenizer.decode(ids)
+    assert "<|im_start|>user\nhi<|im_end|>" in text
+    assert text.endswith("<|im_start|>assistant\n")
+    im_end = smollm.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert im_end in smollm.eos_ids and im_end in smollm.vocab.eos_ids
+    assert smollm.vocab.size == smollm.vocab_size == 49152
+    plain = smollm.encode_prompt("hi", chat=False)
+    assert smollm.tokenizer.decode(plain) == "hi"
+    with_system = smollm.tokenizer.decode(smollm.encode_prompt("hi", system="Be brief."))
+    assert "<|im_start|>system\nBe brief.<|im_end|>" in with_system
+
+
+def test_gemma_tokenizer_loads(gemma_tokenizer):
+    assert len(gemma_tokenizer) >= 262_000
+    assert gemma_tokenizer.decode(gemma_tokenizer.encode("héllo 🎉", add_special_tokens=False)) == "héllo 🎉"
+
+
+def test_unknown_model_fails_fast_and_clearly():
+    from constrain.models import load_model
+
+    with pytest.raises(ModelLoadError, match="no/such-model"):
+        load_model("no/such-model")
+
+
+def test_bundled_models_listing():
+    from constrain.models import bundled_models
+
+    names = {m["name"]: m for m in bundled_models()}
+    assert names["smollm2-135m-instruct"]["installed"]
+    assert set(names) == {"smollm2-135m-instruct", "gemma-3-270m"}
