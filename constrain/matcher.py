@@ -156,20 +156,20 @@ class Matcher:
     def forced(self) -> list[int]:
         """A canonical tokenization of the forced bytes, backed off at the end.
 
-        The last tokens are dropped while some vocabulary token could extend them across the
-        end of the forced text (token healing), so that forcing them never rules out the
-        tokenization the model would prefer.
+        The last tokens (up to three) are dropped from the first one where a single vocabulary
+        token could spell the rest of the forced text and continue past its end (token
+        healing), so forcing never rules out the tokenization the model would prefer.
         """
         data = self.forced_bytes()
         if not data:
             return []
         vocab = self.constraint.vocab
         ids = _tokenize(vocab, data)
-        trie = vocab.trie
-        for k in range(min(_MAX_FORCED_BACKOFF, len(ids)), 0, -1):
-            if trie.has_extension(vocab.decode_bytes(ids[-k:])):
-                ids = ids[:-k]
-                break
+        starts = np.cumsum([0] + [len(vocab.token_bytes(t)) for t in ids[:-1]]).tolist()
+        for k in range(max(0, len(ids) - _MAX_FORCED_BACKOFF), len(ids)):
+            # one token could spell the forced text from here on and continue past its end
+            if vocab.trie.has_extension(data[starts[k] :]):
+                return ids[:k]
         return ids
 
     # -- state changes --------------------------------------------------------------------------

@@ -19,12 +19,9 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module", params=["smollm2-135m-instruct", "gemma-3-270m"])
-def vocab(request) -> Vocabulary:
-    from constrain.models import load_tokenizer
-
-    tok = load_tokenizer(request.param)
-    return Vocabulary.from_tokenizer(tok)
+@pytest.fixture
+def vocab(any_vocab) -> Vocabulary:
+    return any_vocab
 
 
 @pytest.mark.parametrize("text", TEXTS)
