@@ -192,7 +192,11 @@ def _bench_outlines(pattern: str, vocab: cn.Vocabulary, paths: list[list[int]], 
             t0 = time.perf_counter()
             guide.write_mask_into(mask.data_ptr(), mask.numel(), mask.element_size())
             times.append(time.perf_counter() - t0)
-            guide.advance(token)
+            try:
+                guide.advance(token)
+            except ValueError:
+                text = vocab.decode_bytes(path[: path.index(token) + 1])
+                return {"error": f"rejects valid prefix {text[-12:]!r}"}
     return {
         "compile_ms": compile_s * 1e3,
         "mask_p50_us": _percentile(times, 50) * 1e6,
@@ -233,7 +237,7 @@ def markdown(results: list[dict]) -> str:
             llg, oc = r.get("llguidance") or {}, r.get("outlines_core") or {}
 
             def cell(d, k, digits=1):
-                return d["error"][:30] if "error" in d else _fmt(d.get(k, float("nan")), digits)
+                return d["error"][:40] if "error" in d else _fmt(d.get(k, float("nan")), digits)
 
             lines.append(
                 f"| {r['tokenizer']} | {r['name']} | {_fmt(r['ours']['cold_p50_ms'], 2)} / {_fmt(r['ours']['warm_p50_us'])} "

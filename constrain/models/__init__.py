@@ -74,7 +74,9 @@ def load_model(name_or_path: str | None = None, *, device: str = "auto", dtype=N
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     bundled = resolve(name_or_path)
     try:
         source = str(model_dir(bundled)) if bundled is not None else name_or_path

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 import numpy as np
-from interegular.patterns import _Concatenation, _CharGroup, _Repeated, Pattern
+from interegular.patterns import Pattern, _CharGroup, _Concatenation, _Repeated
 
 from constrain.errors import RegexError
 from constrain.regex._syntax import parse
