@@ -75,6 +75,29 @@ def test_batch_logprobs_equal_individual_calls(tiny_model):
     torch.testing.assert_close(batch[1], _full_forward(tiny_model, TOKENS[2:9])[-1], atol=1e-4, rtol=1e-4)
 
 
+def test_pending_tokens_of_several_streams_are_fed_in_one_batched_forward(tiny_model):
+    # different cached lengths and different numbers of pending tokens: padding on both sides
+    seqs = [TOKENS[:2], TOKENS[1:8], TOKENS[3:6]]
+    streams = [tiny_model.start(seq) for seq in seqs]
+    extra = [[40, 41, 42], [43], [44, 45]]
+    for stream, new in zip(streams, extra):
+        for token in new:
+            tiny_model.append(stream, token)
+    batch = tiny_model.logprobs(streams)
+    for row, (seq, new) in enumerate(zip(seqs, extra)):
+        torch.testing.assert_close(batch[row], _full_forward(tiny_model, seq + new)[-1], atol=1e-4, rtol=1e-4)
+    # the split caches are exact: each stream continues alone, rolls back, and is batched again
+    tiny_model.append(streams[1], 46)
+    torch.testing.assert_close(
+        tiny_model.logprobs([streams[1]])[0], _full_forward(tiny_model, seqs[1] + [43, 46])[-1], atol=1e-4, rtol=1e-4
+    )
+    tiny_model.rollback(streams[0], 2)
+    tiny_model.append(streams[2], 47)
+    batch = tiny_model.logprobs(streams)
+    torch.testing.assert_close(batch[0], _full_forward(tiny_model, seqs[0] + [40])[-1], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(batch[2], _full_forward(tiny_model, seqs[2] + [44, 45, 47])[-1], atol=1e-4, rtol=1e-4)
+
+
 def test_cached_model_gives_the_gguf_models_logits(smollm):
     """The converted cache must reproduce the GGUF-loaded model exactly (acceptance check)."""
     from constrain.models import load_gguf_uncached

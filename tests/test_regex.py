@@ -138,6 +138,7 @@ def test_semantics_of_shorthand_classes():
         (r"\p{L}", "Unicode property", 0),
         (r"ab[cd", "unterminated character class", 2),
         (r"(ab", "malformed", None),
+        (r"ba{3,1}c", "minimum above its maximum", None),
     ],
 )
 def test_unsupported_constructs_are_named_with_their_position(pattern, construct, position):

@@ -30,6 +30,11 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return torch.device("cpu")
 
 
+def _left_pad(states: torch.Tensor, length: int) -> torch.Tensor:
+    """Zero-pad a (1, heads, seq, dim) cache tensor on the left to `length` positions."""
+    return torch.nn.functional.pad(states, (0, 0, length - states.shape[-2], 0))
+
+
 class Stream:
     """One sequence being generated: its tokens and KV cache (see the module docstring)."""
 
@@ -164,15 +169,55 @@ class TransformersLM:
     def logprobs(self, streams: Sequence[Stream]) -> torch.Tensor:
         """(B, V) next-token log-probabilities, one row per stream.
 
-        Each stream's pending tokens are fed in one forward of its own (streams are not yet
-        batched into a single forward).
+        The pending tokens of all streams are fed in one batched forward: their KV caches are
+        left-padded to a common length and stacked, new tokens are right-padded, and an
+        attention mask hides the padding. Models with sliding-window layers (Gemma-3) are fed
+        one stream at a time.
         """
-        rows = []
-        for stream in streams:
-            if stream._last is None:
+        todo = [s for s in streams if s._last is None]
+        if len(todo) == 1 or (todo and not self._batchable(todo)):
+            for stream in todo:
                 stream._last = self._forward(stream, stream.tokens[stream._n_fed :])[-1]
-            rows.append(stream._last)
-        return torch.stack(rows)
+        elif todo:
+            self._forward_batch(todo)
+        return torch.stack([s._last for s in streams])
+
+    def _batchable(self, streams: Sequence[Stream]) -> bool:
+        return all(
+            s._cache is not None and s._n_fed > 0 and not any(layer.is_sliding for layer in s._cache.layers)
+            for s in streams
+        )
+
+    def _forward_batch(self, streams: Sequence[Stream]) -> None:
+        """Feed every stream's pending tokens in one forward (see `logprobs`)."""
+        from transformers import DynamicCache
+
+        past = [s._n_fed for s in streams]
+        pending = [s.tokens[s._n_fed :] for s in streams]
+        P, N, B = max(past), max(len(p) for p in pending), len(streams)
+        cache = DynamicCache(config=self.hf_model.config)
+        for i in range(len(streams[0]._cache.layers)):
+            keys = torch.cat([_left_pad(s._cache.layers[i].keys, P) for s in streams])
+            values = torch.cat([_left_pad(s._cache.layers[i].values, P) for s in streams])
+            cache.update(keys, values, i)
+        ids = torch.zeros((B, N), dtype=torch.long, device=self.device)
+        mask = torch.zeros((B, P + N), dtype=torch.long, device=self.device)
+        for row, (n_past, new) in enumerate(zip(past, pending)):
+            ids[row, : len(new)] = torch.tensor(new, device=self.device)
+            mask[row, P - n_past : P + len(new)] = 1
+        positions = torch.tensor(past, device=self.device)[:, None] + torch.arange(N, device=self.device)
+        with torch.inference_mode():
+            out = self.hf_model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+            )
+        for row, (stream, n_past, new) in enumerate(zip(streams, past, pending)):
+            own = DynamicCache(config=self.hf_model.config)
+            for i, layer in enumerate(out.past_key_values.layers):
+                span = slice(P - n_past, P + len(new))
+                own.update(layer.keys[row : row + 1, :, span], layer.values[row : row + 1, :, span], i)
+            stream._cache = own
+            stream._n_fed += len(new)
+            stream._last = torch.log_softmax(out.logits[row, len(new) - 1].float(), dim=-1)
 
     def score(self, stream: Stream, tokens: Sequence[int]) -> torch.Tensor:
         """Append `tokens` and return (k + 1, V) log-probs from one forward.

@@ -166,6 +166,10 @@ class _NFA:
                 start = self.build(part, start)
             return start
         if isinstance(node, _Repeated):
+            if node.max is not None and node.max < node.min:
+                raise RegexError(
+                    f"repetition {{{node.min},{node.max}}} has its minimum above its maximum", self.pattern
+                )
             for _ in range(node.min):
                 start = self.build(node.base, start)
             if node.max is None:
