@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from constrain.automaton import Automaton, DFAAutomaton
 from constrain.errors import GrammarError
+from constrain.grammar.cfg import CFGAutomaton
+from constrain.grammar.ir import GrammarIR
+from constrain.grammar.lark_frontend import ir_from_lark, read_lark
 from constrain.regex import ByteDFA, compile_regex, dfa_from_strings
 
 
 class Grammar:
     """A constraint on text, before it is bound to a vocabulary.
 
-    Build one with a constructor (`from_regex`, `from_choices`); bind it with
+    Build one with a constructor (`from_regex`, `from_choices`, `from_lark`, `from_ir`); bind it with
     ``constrain.Constraint(grammar, vocab)``. Grammars are immutable and cheap to share.
     """
 
@@ -20,6 +25,7 @@ class Grammar:
         self._automaton = automaton
         self.kind = kind
         self.source = source
+        self.ir: GrammarIR | None = None
 
     @classmethod
     def from_regex(cls, pattern: str, *, max_states: int = 100_000, timeout: float = 10.0) -> Grammar:
@@ -42,6 +48,49 @@ class Grammar:
         if bad:
             raise GrammarError(f"choices must be str or bytes, got {type(bad[0]).__name__}: {bad[0]!r}")
         return cls._from_dfa(dfa_from_strings(items), kind="choices", source=repr(items))
+
+    @classmethod
+    def from_lark(
+        cls,
+        grammar: str | os.PathLike,
+        *,
+        start: str = "start",
+        special_tokens: Mapping[str, str] | None = None,
+    ) -> Grammar:
+        """A Lark grammar, given as text or as the path of a ``.lark`` file.
+
+        Any context-free grammar works (ambiguous, left-recursive, with empty rules); see
+        docs/grammars.md for the lexing semantics and what is supported.
+
+        Args:
+            grammar: Lark grammar text, or a path to a file holding it.
+            start: the start rule.
+            special_tokens: ``%declare``d terminal -> special token text, e.g.
+                ``{"EOT": "<|im_end|>"}``.
+
+        Raises:
+            GrammarError: lark's message (with line and column) for a malformed grammar, an
+                unknown rule or terminal, an unsupported terminal pattern, or an empty language.
+        """
+        import_paths: list[str] = []
+        if isinstance(grammar, os.PathLike) or (
+            isinstance(grammar, str) and "\n" not in grammar and grammar.endswith(".lark")
+        ):
+            name = str(grammar)
+            grammar, import_paths = read_lark(grammar)
+            source = name
+        else:
+            source = "<grammar>"
+        ir = ir_from_lark(grammar, start=start, import_paths=import_paths, special_tokens=special_tokens, source=source)
+        return cls.from_ir(ir, kind="lark", source=source)
+
+    @classmethod
+    def from_ir(cls, ir: GrammarIR, *, kind: str = "ir", source: str | None = None) -> Grammar:
+        """A grammar from the IR (the target of every front end); validated here."""
+        ir = ir.validated()
+        grammar = cls(CFGAutomaton(ir), kind=kind, source=source or ir.source)
+        grammar.ir = ir
+        return grammar
 
     @classmethod
     def _from_dfa(cls, dfa: ByteDFA, *, kind: str, source: str) -> Grammar:

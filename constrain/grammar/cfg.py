@@ -1,0 +1,209 @@
+"""Context-free grammars as byte-level automata: a longest-match lexer driving an Earley parser.
+
+State. ``(node, s)``: `node` is the interned Earley `ChartNode` after the lexemes completed so
+far, `s` the state of ``node.lexer`` (the product DFA of the lexemes `node` allows, plus the
+ignored ones) inside the lexeme in progress; ``s == 0`` means no lexeme has started (only at the
+very beginning). Both parts are hashable and position-free, so states recur across positions and
+sequences and every cache below keys on them.
+
+Reading a byte b (`step`): if the lexer can consume b it does (longest match: a lexeme never
+ends while it or another allowed lexeme can go on); otherwise the lexeme ends with the tag of
+``s`` (the lexemes matching there), the parser scans it (or skips it when it is ignored and not
+expected), and b starts the next lexeme in the new node's lexer. A lexeme may thus end inside a
+token and a token may span several lexemes.
+
+Liveness. Lexer states are live (some allowed lexeme can complete), nodes only hold
+completable items (rules are productive), so a state is reachable only if the text can still be
+completed: masks are sound without lookahead. (A grammar can still be written so that longest
+match never lets a lexeme end, e.g. ``NAME NAME`` with no separator; `lint_adjacency` reports it
+at compile time.)
+
+Masks (`token_ids`). A walk of the vocabulary trie from ``(node, s)``, split into *pieces*: a
+piece walks inside one lexer from a frontier of trie nodes, level by level with numpy, and
+records the trie children where a lexeme ends (grouped by tag). A piece depends only on the
+lexer, its start and the path of tags and lexers that led to it, never on the parser, so pieces
+are cached per vocabulary; the parser is consulted only at lexeme boundaries, once per group,
+through scans cached on the interned nodes.
+"""
+
+from __future__ import annotations
+
+import weakref
+import numpy as np
+
+from constrain.grammar.earley import ChartNode, EarleyParser
+from constrain.grammar.ir import GrammarIR
+from constrain.grammar.lexer import LexerDFA
+from constrain.vocab import TokenTrie
+
+__all__ = ["CFGAutomaton"]
+
+_MAX_FORCED = 1024  # forced text is computed at most this far ahead
+_FRESH = 0  # lexer state meaning "no lexeme in progress"
+
+
+class _Piece:
+    __slots__ = ("tokens", "groups")
+
+    def __init__(self, tokens: np.ndarray, groups: list[tuple[frozenset[int], np.ndarray]]):
+        self.tokens = tokens
+        self.groups = groups
+
+
+class CFGAutomaton:
+    """A validated `GrammarIR` as an `Automaton` (see the module docstring)."""
+
+    def __init__(self, ir: GrammarIR):
+        self.ir = ir
+        self.lexeme_table = list(ir.lexemes.values())
+        self.lexeme_ids = {lx.name: i for i, lx in enumerate(self.lexeme_table)}
+        self.ignore = frozenset(self.lexeme_ids[n] for n in ir.ignore)
+        self.specials = frozenset(i for i, lx in enumerate(self.lexeme_table) if lx.special is not None)
+        self.parser = EarleyParser(ir, self.lexeme_ids)
+        self._lexers: dict[frozenset[int], LexerDFA] = {}
+        self._pieces: weakref.WeakKeyDictionary[TokenTrie, dict] = weakref.WeakKeyDictionary()
+        self.start = (self.parser.root, _FRESH)
+        self._lexer(self.parser.root)
+
+    # -- lexers and lexeme ends -----------------------------------------------------------------
+
+    def _lexer(self, node: ChartNode) -> LexerDFA:
+        lexer = node.lexer
+        if lexer is None:
+            allowed = (node.expected | self.ignore) - self.specials
+            lexer = self._lexers.get(allowed)
+            if lexer is None:
+                lexer = self._lexers[allowed] = LexerDFA(len(self._lexers) + 1, allowed, self.lexeme_table)
+            node.lexer = lexer
+        return lexer
+
+    def _end(self, node: ChartNode, tags: frozenset[int]) -> ChartNode | None:
+        """The node after a lexeme matching `tags` ends at `node` (ignored lexemes are skipped)."""
+        scanned = tags & node.expected
+        if scanned:
+            return self.parser.scan(node, scanned)
+        return node if tags & self.ignore else None
+
+    # -- the Automaton interface ------------------------------------------------------------------
+
+    def step(self, state: tuple, data: bytes) -> tuple | None:
+        node, s = state
+        if not data:
+            return state
+        lexer = self._lexer(node)
+        if s == _FRESH:
+            s = lexer.start
+        for b in data:
+            t = lexer.row(s)[b]
+            if not t:
+                tag = lexer.tag[s]
+                if not tag:
+                    return None
+                node = self._end(node, lexer.tag_sets[tag])
+                if node is None:
+                    return None
+                lexer = self._lexer(node)
+                t = lexer.row(lexer.start)[b]
+                if not t:
+                    return None
+            s = t
+        return (node, s)
+
+    def _after_lexeme(self, state: tuple) -> ChartNode | None:
+        """The node reached if the lexeme in progress ends now (the node itself if none started)."""
+        node, s = state
+        if s == _FRESH:
+            return node
+        lexer = self._lexer(node)
+        tag = lexer.tag[s]
+        return self._end(node, lexer.tag_sets[tag]) if tag else None
+
+    def accepting(self, state: tuple) -> bool:
+        after = self._after_lexeme(state)
+        return after is not None and after.accepts
+
+    def expected_bytes(self, state: tuple) -> list[int]:
+        node, s = state
+        lexer = self._lexer(node)
+        found = set(lexer.live_bytes(lexer.start if s == _FRESH else s))
+        after = self._after_lexeme(state) if s != _FRESH else None
+        if after is not None:
+            nxt = self._lexer(after)
+            found.update(nxt.live_bytes(nxt.start))
+        return sorted(found)
+
+    def can_continue(self, state: tuple) -> bool:
+        return bool(self.expected_bytes(state))
+
+    def forced_bytes(self, state: tuple) -> bytes:
+        out = bytearray()
+        while len(out) < _MAX_FORCED and not self.accepting(state):
+            options = self.expected_bytes(state)
+            if len(options) != 1:
+                break
+            out.append(options[0])
+            state = self.step(state, bytes(options))
+        return bytes(out)
+
+    # -- masks --------------------------------------------------------------------------------
+
+    def token_ids(self, state: tuple, trie: TokenTrie) -> np.ndarray:
+        node, s = state
+        cache = self._pieces.get(trie)
+        if cache is None:
+            cache = self._pieces[trie] = {}
+        lexer = self._lexer(node)
+        root_key = ("root", lexer.uid, lexer.start if s == _FRESH else s)
+        found: list[np.ndarray] = []
+        stack = [(node, root_key, lambda: self._walk(lexer, trie, np.zeros(1, np.int64), np.array([root_key[2]])))]
+        while stack:
+            node, key, compute = stack.pop()
+            piece = cache.get(key)
+            if piece is None:
+                piece = cache[key] = compute()
+            found.append(piece.tokens)
+            for tags, children in piece.groups:
+                after = self._end(node, tags)
+                if after is None:
+                    continue
+                nxt = self._lexer(after)
+                child_key = (key, tags, nxt.uid)
+                stack.append((after, child_key, _starter(self, nxt, trie, children)))
+        return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+    def _walk(self, lexer: LexerDFA, trie: TokenTrie, nodes: np.ndarray, states: np.ndarray) -> _Piece:
+        """Walk inside `lexer` from trie `nodes` (already read, in live `states`)."""
+        table, tag = lexer.transitions, lexer.tag
+        found = [trie.tokens_at(nodes[nodes != 0])]
+        ended_tags, ended_nodes = [], []
+        while len(nodes):
+            kids, owner = trie.expand(nodes)
+            if not len(kids):
+                break
+            st = states[owner]
+            nxt = table[st, trie.byte[kids]]
+            dead = nxt == 0
+            ends = dead & (tag[st] != 0)
+            if ends.any():
+                ended_tags.append(tag[st][ends])
+                ended_nodes.append(kids[ends])
+            live = ~dead
+            nodes, states = kids[live], nxt[live]
+            found.append(trie.tokens_at(nodes))
+        groups = []
+        if ended_tags:
+            tags_all, nodes_all = np.concatenate(ended_tags), np.concatenate(ended_nodes)
+            for t in np.unique(tags_all).tolist():
+                groups.append((lexer.tag_sets[t], nodes_all[tags_all == t]))
+        return _Piece(np.concatenate(found).astype(np.int32), groups)
+
+
+def _starter(automaton: CFGAutomaton, lexer: LexerDFA, trie: TokenTrie, children: np.ndarray):
+    """The computation of a piece that starts a new lexeme with the bytes of trie `children`."""
+
+    def compute() -> _Piece:
+        states = lexer.transitions[lexer.start, trie.byte[children]]
+        live = states != 0
+        return automaton._walk(lexer, trie, children[live], states[live])
+
+    return compute

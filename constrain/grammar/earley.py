@@ -1,0 +1,165 @@
+"""An Earley parser over lexemes whose charts are interned, so parser states are shared.
+
+Every context-free grammar works: ambiguous, left- or right-recursive, with empty rules
+(nullable symbols are handled by advancing over them at prediction time, after Aycock and
+Horspool, so completion never needs to look back into the set being built).
+
+A `ChartNode` is one Earley set together with everything before it that can still matter: its
+items are ``(dotted_rule, origin)`` where `origin` is the `ChartNode` the item started in (None
+meaning the node itself). A node's future depends only on its items and, recursively, on its
+origins, so two nodes with equal items are interchangeable. Nodes are therefore *interned*:
+scanning builds the item set and returns the existing node when one is equal. Consequences:
+
+* parser states are position-free: the same nesting in two places, or in two sequences, is the
+  same node, and everything cached on a node (its scans, its lexer, the masks keyed by it) is
+  reused;
+* a sequence's parse is a path of nodes, so rollback is popping and fork is copying pointers.
+
+Invariant: every nonterminal is productive (`GrammarIR.validated` prunes the rest), so every item
+in a node can be completed and a node with items always has a continuation in the language.
+"""
+
+from __future__ import annotations
+
+from constrain.grammar.ir import GrammarIR
+
+__all__ = ["ChartNode", "EarleyParser"]
+
+_SUPER_START = "$start"
+
+
+class ChartNode:
+    """One interned Earley set (see the module docstring)."""
+
+    __slots__ = ("items", "expected", "accepts", "scans", "lexer", "_waiting", "__weakref__")
+
+    def __init__(self, items: tuple, expected: frozenset[int], accepts: bool):
+        self.items = items
+        self.expected = expected  # lexeme ids the parser can scan next
+        self.accepts = accepts  # the text so far is a sentence
+        self.scans: dict[frozenset[int], ChartNode | None] = {}  # cache of scan(tags)
+        self.lexer = None  # the LexerDFA of the lexemes allowed next (set by the automaton)
+        self._waiting: dict[int, list[tuple[int, ChartNode | None]]] | None = None
+
+    def __repr__(self) -> str:
+        return f"ChartNode(items={len(self.items)}, expected={sorted(self.expected)}, accepts={self.accepts})"
+
+
+class EarleyParser:
+    """The grammar compiled to dotted rules; builds and interns `ChartNode`s."""
+
+    def __init__(self, ir: GrammarIR, lexeme_ids: dict[str, int]):
+        nts = sorted(ir.nonterminals() | {_SUPER_START})
+        nt_id = {n: i for i, n in enumerate(nts)}
+        rules = [(_SUPER_START, (ir.start,))] + [(r.lhs, r.rhs) for r in ir.rules]
+        self.next_sym: list[int | None] = []  # per dotted rule: nt id >= 0, ~lexeme id < 0, None = complete
+        self.lhs: list[int] = []
+        first_dotted: dict[int, list[int]] = {i: [] for i in range(len(nts))}
+        for lhs, rhs in rules:
+            first_dotted[nt_id[lhs]].append(len(self.next_sym))
+            for sym in rhs:
+                self.next_sym.append(nt_id[sym] if sym in nt_id else ~lexeme_ids[sym])
+                self.lhs.append(nt_id[lhs])
+            self.next_sym.append(None)
+            self.lhs.append(nt_id[lhs])
+        self.accept_item = 1  # "$start -> start ." is the second dotted rule
+        self.nullable = self._nullable(rules, nt_id)
+        # everything predicting nonterminal A adds (all with origin = the node itself)
+        self._predict: list[tuple[tuple[int, ...], frozenset[int]]] = []
+        for a in range(len(nts)):
+            items, predicted, stack = [], {a}, [a]
+            while stack:
+                for d in first_dotted[stack.pop()]:
+                    while True:
+                        items.append(d)
+                        sym = self.next_sym[d]
+                        if sym is None or sym < 0:
+                            break
+                        if sym not in predicted:
+                            predicted.add(sym)
+                            stack.append(sym)
+                        if not self.nullable[sym]:
+                            break
+                        d += 1
+            self._predict.append((tuple(dict.fromkeys(items)), frozenset(predicted)))
+        self._interned: dict[frozenset, ChartNode] = {}
+        self.root = self._close([], predict=nt_id[_SUPER_START])
+
+    def _nullable(self, rules, nt_id) -> list[bool]:
+        nullable = [False] * len(nt_id)
+        changed = True
+        while changed:
+            changed = False
+            for lhs, rhs in rules:
+                if not nullable[nt_id[lhs]] and all(s in nt_id and nullable[nt_id[s]] for s in rhs):
+                    nullable[nt_id[lhs]] = changed = True
+        return nullable
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self._interned)
+
+    def scan(self, node: ChartNode, lexemes: frozenset[int]) -> ChartNode | None:
+        """The node after scanning one of `lexemes` at `node` (None if none can be scanned).
+
+        Scanning several lexemes at once covers texts that match more than one terminal.
+        """
+        try:
+            return node.scans[lexemes]
+        except KeyError:
+            pass
+        wanted = {~i for i in lexemes}
+        next_sym = self.next_sym
+        kernel = [(d + 1, node if o is None else o) for d, o in node.items if next_sym[d] in wanted]
+        result = self._close(kernel) if kernel else None
+        node.scans[lexemes] = result
+        return result
+
+    def _close(self, kernel: list, predict: int | None = None) -> ChartNode:
+        next_sym, lhs, nullable = self.next_sym, self.lhs, self.nullable
+        items: dict[tuple, None] = {}
+        predicted: set[int] = set()
+        agenda = list(kernel)
+        if predict is not None:
+            self._add_prediction(predict, items, predicted)
+        while agenda:
+            item = agenda.pop()
+            if item in items:
+                continue
+            items[item] = None
+            d, origin = item
+            sym = next_sym[d]
+            if sym is None:  # complete: advance the items of the origin waiting for lhs
+                for d2, o2 in _waiting(origin, next_sym).get(lhs[d], ()):
+                    agenda.append((d2 + 1, origin if o2 is None else o2))
+            elif sym >= 0:
+                if sym not in predicted:
+                    self._add_prediction(sym, items, predicted)
+                if nullable[sym]:
+                    agenda.append((d + 1, origin))
+        key = frozenset(items)
+        node = self._interned.get(key)
+        if node is None:
+            expected = frozenset(~next_sym[d] for d, _ in items if next_sym[d] is not None and next_sym[d] < 0)
+            accepts = any(d == self.accept_item for d, _ in items)
+            node = self._interned[key] = ChartNode(tuple(items), expected, accepts)
+        return node
+
+    def _add_prediction(self, a: int, items: dict, predicted: set[int]) -> None:
+        dotted, nts = self._predict[a]
+        for d in dotted:
+            items[(d, None)] = None
+        predicted |= nts
+
+
+def _waiting(node: ChartNode, next_sym: list) -> dict[int, list]:
+    """Items of `node` grouped by the nonterminal after their dot (built on first use)."""
+    waiting = node._waiting
+    if waiting is None:
+        waiting = {}
+        for d, o in node.items:
+            sym = next_sym[d]
+            if sym is not None and sym >= 0:
+                waiting.setdefault(sym, []).append((d, o))
+        node._waiting = waiting
+    return waiting

@@ -1,0 +1,169 @@
+"""The grammar IR: the single target of every front end (Lark, JSON Schema, regexes, choices).
+
+A `GrammarIR` is a context-free grammar whose terminals are *lexemes*:
+
+* a `Lexeme` is a regex or a literal string, compiled lazily to a byte DFA by the regex layer,
+  with a priority used when two lexemes match the same text; or a special token (such as
+  ``<|im_end|>``) that only a token id of the vocabulary can produce;
+* a `Rule` rewrites a nonterminal into a sequence of symbols (nonterminal or lexeme names);
+  several rules with one left-hand side are its alternatives;
+* `ignore` lists lexemes that may appear between any two lexemes (Lark's ``%ignore``).
+
+`GrammarIR.validated()` is where bad grammars are stopped: unknown symbols are named, lexemes
+that match the empty string are rejected, rules that can never derive text are pruned, and an
+empty language is an error, so a sampler never starts on a grammar it cannot finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from constrain.errors import GrammarError, RegexError
+from constrain.regex import ByteDFA, compile_regex, dfa_from_strings
+
+__all__ = ["GrammarIR", "Lexeme", "Rule", "repeat"]
+
+
+@dataclass(frozen=True)
+class Lexeme:
+    """A terminal of the grammar.
+
+    Attributes:
+        name: unique name (Lark's terminal name).
+        pattern: the regex (full-match semantics), or the literal text when `literal` is set.
+        literal: `pattern` is plain text, not a regex.
+        priority: among lexemes matching the same longest text, only the highest-priority ones
+            are kept.
+        special: the text of a special token (e.g. ``<|im_end|>``) this terminal stands for; such
+            a lexeme matches no bytes, only that token id.
+    """
+
+    name: str
+    pattern: str = ""
+    literal: bool = False
+    priority: int = 0
+    special: str | None = None
+
+    @cached_property
+    def dfa(self) -> ByteDFA:
+        if self.special is not None:
+            raise GrammarError(f"special-token terminal {self.name} has no byte automaton")
+        try:
+            return dfa_from_strings([self.pattern]) if self.literal else compile_regex(self.pattern)
+        except RegexError as exc:
+            raise GrammarError(f"terminal {self.name}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``lhs -> rhs``: one alternative of the nonterminal `lhs` (an empty rhs derives "")."""
+
+    lhs: str
+    rhs: tuple[str, ...]
+
+
+@dataclass
+class GrammarIR:
+    """A context-free grammar over lexemes (see the module docstring)."""
+
+    start: str
+    rules: list[Rule]
+    lexemes: dict[str, Lexeme]
+    ignore: list[str] = field(default_factory=list)
+    source: str = ""
+
+    @classmethod
+    def from_regex(cls, pattern: str, name: str = "TEXT") -> GrammarIR:
+        """A grammar whose language is the regex's (one lexeme)."""
+        return cls("start", [Rule("start", (name,))], {name: Lexeme(name, pattern)}, source=pattern)
+
+    def nonterminals(self) -> set[str]:
+        return {r.lhs for r in self.rules}
+
+    def validated(self) -> GrammarIR:
+        """A copy with unknown symbols reported, useless rules pruned and emptiness checked.
+
+        Raises:
+            GrammarError: an unknown symbol (named, with the rule using it), a lexeme matching
+                the empty string or nothing at all, or an empty language.
+        """
+        nonterminals = self.nonterminals()
+        if self.start not in nonterminals:
+            raise GrammarError(f"the start rule {self.start!r} is not defined")
+        for rule in self.rules:
+            for sym in rule.rhs:
+                if sym not in nonterminals and sym not in self.lexemes:
+                    kind = "terminal" if sym.isupper() else "rule"
+                    raise GrammarError(f"unknown {kind} {sym!r} used in rule {rule.lhs!r}")
+        for name in self.ignore:
+            if name not in self.lexemes:
+                raise GrammarError(f"%ignore names unknown terminal {name!r}")
+        used = {sym for rule in self.rules for sym in rule.rhs} | set(self.ignore)
+        live_lexemes = set()
+        for name in used & set(self.lexemes):
+            lexeme = self.lexemes[name]
+            if lexeme.special is not None:
+                live_lexemes.add(name)
+                continue
+            dfa = lexeme.dfa
+            if dfa.is_empty():
+                continue  # matches nothing: rules using it are pruned below
+            if dfa.accepting[dfa.start]:
+                raise GrammarError(
+                    f"terminal {name} matches the empty string; make it optional in the rules "
+                    f"that use it instead (e.g. X? or X*)"
+                )
+            live_lexemes.add(name)
+        productive = set(live_lexemes)
+        changed = True
+        while changed:
+            changed = False
+            for rule in self.rules:
+                if rule.lhs not in productive and all(s in productive for s in rule.rhs):
+                    productive.add(rule.lhs)
+                    changed = True
+        if self.start not in productive:
+            raise GrammarError(f"the grammar's language is empty: rule {self.start!r} derives no finite text")
+        rules = [r for r in self.rules if r.lhs in productive and all(s in productive for s in r.rhs)]
+        reachable, stack = {self.start}, [self.start]
+        by_lhs: dict[str, list[Rule]] = {}
+        for r in rules:
+            by_lhs.setdefault(r.lhs, []).append(r)
+        while stack:
+            for r in by_lhs.get(stack.pop(), []):
+                for s in r.rhs:
+                    if s not in reachable:
+                        reachable.add(s)
+                        stack.append(s)
+        rules = [r for r in rules if r.lhs in reachable]
+        ignore = [i for i in self.ignore if i in live_lexemes]
+        lexemes = {n: lx for n, lx in self.lexemes.items() if n in reachable or n in ignore}
+        return GrammarIR(self.start, rules, lexemes, ignore, self.source)
+
+
+def repeat(rules: list[Rule], name: str, item: Sequence[str], low: int, high: int | None) -> str:
+    """Add rules for `name` deriving `item` repeated low..high times (high None: unbounded).
+
+    Bounded repetition is unrolled into a chain of optional tails (size linear in `high`),
+    unbounded repetition into a left-recursive list. Returns `name`.
+    """
+    item = tuple(item)
+    if high is not None and high < low:
+        raise GrammarError(f"repetition of {name} has minimum {low} above maximum {high}")
+    if high is None:
+        tail = f"{name}__more"
+        rules.append(Rule(tail, ()))
+        rules.append(Rule(tail, (tail, *item)))
+        rules.append(Rule(name, item * low + (tail,)))
+        return name
+    prev = None
+    for j in range(1, high - low + 1):  # name__upto{j} derives 0..j copies
+        upto = f"{name}__upto{j}"
+        rules.append(Rule(upto, ()))
+        rules.append(Rule(upto, item + ((prev,) if prev else ())))
+        prev = upto
+    rules.append(Rule(name, item * low + ((prev,) if prev else ())))
+    return name
+

@@ -1,0 +1,36 @@
+"""The grammar library: Lark grammars shipped with the package.
+
+    cn.grammars.names()        # ['arithmetic', 'csv', 'json', 'python_expr', 'sql']
+    g = cn.grammars.load("sql")
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from constrain.errors import GrammarError
+from constrain.grammar import Grammar
+
+__all__ = ["load", "names", "path"]
+
+_DIR = Path(__file__).parent
+
+
+def names() -> list[str]:
+    """The names of the library grammars."""
+    return sorted(p.stem for p in _DIR.glob("*.lark"))
+
+
+def path(name: str) -> Path:
+    """The file of library grammar `name`."""
+    file = _DIR / f"{name}.lark"
+    if not file.is_file():
+        raise GrammarError(f"no library grammar {name!r}; available: {', '.join(names())}")
+    return file
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> Grammar:
+    """The library grammar `name` (compiled once per process)."""
+    return Grammar.from_lark(path(name))
