@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 import weakref
@@ -66,6 +67,21 @@ _constraint_cache: weakref.WeakKeyDictionary[Vocabulary, dict[tuple, Constraint]
 )
 
 
+def _as_grammar(grammar: Grammar | str | os.PathLike) -> Grammar:
+    """A Grammar from a Grammar, a library grammar name, a ``.lark`` path, or Lark text."""
+    from constrain import grammars
+
+    if isinstance(grammar, Grammar):
+        return grammar
+    if isinstance(grammar, os.PathLike):
+        return Grammar.from_lark(grammar)
+    if not isinstance(grammar, str):
+        raise TypeError(f"grammar= expects a Grammar, a library name, a path or Lark text, got {type(grammar).__name__}")
+    if grammar in grammars.names():
+        return grammars.load(grammar)
+    return Grammar.from_lark(grammar)
+
+
 def _constraint(vocab: Vocabulary, regex, choices, grammar) -> Constraint | None:
     given = [x is not None for x in (regex, choices, grammar)]
     if sum(given) > 1:
@@ -73,8 +89,7 @@ def _constraint(vocab: Vocabulary, regex, choices, grammar) -> Constraint | None
     if not any(given):
         return None
     if grammar is not None:
-        if not isinstance(grammar, Grammar):
-            raise TypeError(f"grammar= expects a constrain.Grammar, got {type(grammar).__name__}")
+        grammar = _as_grammar(grammar)
         key = ("grammar", id(grammar))
     elif regex is not None:
         key = ("regex", regex)
@@ -100,7 +115,7 @@ def generate(
     *,
     regex: str | None = None,
     choices: Sequence[str] | None = None,
-    grammar: Grammar | None = None,
+    grammar: Grammar | str | os.PathLike | None = None,
     max_tokens: int = 256,
     temperature: float = 1.0,
     greedy: bool = False,
@@ -114,7 +129,9 @@ def generate(
         model: a loaded model (`constrain.load_model()`).
         prompt: the user message (or a list of chat messages); the chat template is applied
             when the tokenizer has one, unless `chat=False`.
-        regex / choices / grammar: the constraint (at most one; none means free text).
+        regex / choices / grammar: the constraint (at most one; none means free text). `grammar`
+            is a `Grammar`, a library grammar name ("json", "sql", ...), a ``.lark`` path or
+            Lark grammar text.
         max_tokens: generation stops after this many tokens; if the constraint has not accepted
             by then, `finish_reason == "length"` and `complete` is False.
         temperature: softmax temperature; `greedy=True` takes the most likely allowed token.

@@ -29,6 +29,7 @@ through scans cached on the interned nodes.
 from __future__ import annotations
 
 import weakref
+
 import numpy as np
 
 from constrain.grammar.earley import ChartNode, EarleyParser

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from constrain.automaton import Automaton, DFAAutomaton
 from constrain.errors import GrammarError

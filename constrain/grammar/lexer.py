@@ -58,6 +58,9 @@ class LexerDFA:
                     self.tag_sets.append(ended)
             else:
                 tags.append(0)
+            if not dfas:  # nothing can follow: the start state is dead-ended
+                rows.append(np.zeros(256, dtype=np.int32))
+                continue
             nexts = np.stack([d.transitions[s] for d, s in zip(dfas, current)], axis=1)  # (256, k)
             distinct, inverse = np.unique(nexts, axis=0, return_inverse=True)
             targets = np.zeros(len(distinct), dtype=np.int32)

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from constrain.errors import GrammarError
@@ -30,7 +30,7 @@ def path(name: str) -> Path:
     return file
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> Grammar:
     """The library grammar `name` (compiled once per process)."""
     return Grammar.from_lark(path(name))

@@ -1,0 +1,224 @@
+"""Grammar engine: Lark grammars as token-level automata, checked against lark's Earley parser."""
+
+from __future__ import annotations
+
+import lark
+import numpy as np
+import pytest
+
+import constrain as cn
+import constrain.grammars as library
+from constrain.errors import GrammarError, VocabularyError
+from constrain.grammar.sample import random_text
+from constrain.vocab import Vocabulary
+
+AMBIGUOUS = """
+start: e
+e: e "+" e | e "*" e | NUMBER | "(" e ")"
+NUMBER: /[0-9]+/
+%ignore " "
+"""
+
+
+def _lark_oracle(text: str) -> lark.Lark:
+    # dynamic_complete tries every split of the text into terminals: a superset of longest match
+    return lark.Lark(text, parser="earley", lexer="dynamic_complete")
+
+
+def _mutate(text: str, rng: np.random.Generator) -> str:
+    chars = list(text)
+    alphabet = sorted(set(text) | set(",()\"' .{}[]:+-*"))
+    for _ in range(int(rng.integers(1, 4))):
+        j = int(rng.integers(len(chars) + 1))
+        c = alphabet[int(rng.integers(len(alphabet)))]
+        op = int(rng.integers(3))
+        if op == 0 and j < len(chars):
+            del chars[j]
+        elif op == 1:
+            chars.insert(j, c)
+        elif j < len(chars):
+            chars[j] = c
+    return "".join(chars)
+
+
+def _tokens(vocab: Vocabulary, text: str) -> list[int] | None:
+    """Tokens spelling `text` exactly: the tokenizer's, else greedy longest match (SmolLM2's
+    tokenizer drops some unassigned characters); None when the vocabulary cannot spell it (no
+    token for some control bytes)."""
+    from constrain.matcher import _tokenize
+
+    tokens = _tokenize(vocab, text.encode())
+    return tokens if vocab.decode_bytes(tokens) == text.encode() else None
+
+
+def _accepts_token_by_token(constraint: cn.Constraint, tokens: list[int]) -> bool:
+    m = constraint.start()
+    for t in tokens:
+        if not m.check(t):
+            return False
+        m.advance(t)
+    return m.check(constraint.vocab.eos_ids[0])
+
+
+@pytest.mark.parametrize("name", library.names())
+def test_random_derivations_are_accepted_and_mutations_lark_rejects_are_rejected(any_vocab: Vocabulary, name):
+    grammar = library.load(name)
+    constraint = cn.Constraint(grammar, any_vocab)
+    oracle = _lark_oracle(library.path(name).read_text())
+    rng = np.random.default_rng(7)
+    rejected_mutations = 0
+    for _ in range(25):
+        text = random_text(grammar.ir, rng, max_depth=6)
+        tokens = _tokens(any_vocab, text)
+        if tokens is None:
+            continue
+        assert _accepts_token_by_token(constraint, tokens), text
+        mutated = _mutate(text, rng)
+        try:
+            oracle.parse(mutated)
+            lark_accepts = True
+        except lark.exceptions.LarkError:
+            lark_accepts = False
+        if not lark_accepts:
+            tokens = _tokens(any_vocab, mutated)
+            if tokens is not None:
+                rejected_mutations += 1
+                assert not _accepts_token_by_token(constraint, tokens), mutated
+    assert rejected_mutations >= 3  # the mutations do exercise rejection
+
+
+@pytest.mark.parametrize("name", library.names())
+def test_masks_equal_a_brute_force_check_of_every_token(any_vocab: Vocabulary, name):
+    grammar = library.load(name)
+    rng = np.random.default_rng(3)
+    tokens = None
+    while tokens is None:
+        tokens = _tokens(any_vocab, random_text(grammar.ir, rng, max_depth=5))
+    cuts = sorted({0, len(tokens) // 3, (2 * len(tokens)) // 3, len(tokens)})
+    for cut in cuts[: 2 if any_vocab.size > 100_000 else 4]:
+        m = cn.Constraint(grammar, any_vocab).start()
+        m.advance_many(tokens[:cut])
+        mask = m.mask()
+        fresh = cn.Constraint(grammar, any_vocab).start()  # no cached masks: check walks bytes
+        fresh.advance_many(tokens[:cut])
+        brute = np.array([fresh.check(i) for i in range(any_vocab.size)], dtype=bool)
+        np.testing.assert_array_equal(mask, brute, err_msg=f"{name} after {any_vocab.decode(tokens[:cut])!r}")
+
+
+def test_ambiguous_left_recursive_grammar(smollm_vocab: Vocabulary):
+    grammar = cn.Grammar.from_lark(AMBIGUOUS)
+    oracle = _lark_oracle(AMBIGUOUS)
+    for text in ["1", "1+2*3", "(1+2)*3", "1 + 2 * 3 + 4", "((7))", "1+", "(1", "1 2", "", "+1", "1**2"]:
+        try:
+            oracle.parse(text)
+            expected = True
+        except lark.exceptions.LarkError:
+            expected = False
+        assert grammar.matches(text) == expected, text
+    m = cn.Constraint(grammar, smollm_vocab).start()
+    m.advance_many(smollm_vocab.encode("(1+2"))
+    assert not m.accepting()
+    assert m.check(smollm_vocab.encode(")")[0]) and not m.check(smollm_vocab.encode("(")[0])
+
+
+def test_right_recursion_and_empty_rules():
+    grammar = cn.Grammar.from_lark('start: x\nx: "a" x | "b" y\ny: | "c" y\n')
+    for text, ok in [("b", True), ("aab", True), ("abccc", True), ("a", False), ("ca", False)]:
+        assert grammar.matches(text) == ok, text
+
+
+def test_a_token_may_span_several_lexemes_and_a_lexeme_several_tokens(smollm_vocab: Vocabulary):
+    grammar = library.load("json")
+    constraint = cn.Constraint(grammar, smollm_vocab)
+    m = constraint.start()
+    text = '{"key": [1, 2, {"a": null}], "other": "a long string value"}'
+    m.advance_many(smollm_vocab.encode(text))
+    assert m.accepting()
+    spans = [smollm_vocab.token_bytes(t) for t in smollm_vocab.encode(text)]
+    assert any(b'"' in s and len(s.strip(b'"')) > 0 and s.count(b'"') == 1 for s in spans)  # ends a string
+
+
+def test_forced_bytes_and_tokens(smollm_vocab: Vocabulary):
+    grammar = cn.Grammar.from_lark('start: "SELECT" " " NAME " FROM users"\nNAME: /[a-z]+/\n')
+    m = cn.Constraint(grammar, smollm_vocab).start()
+    assert m.forced_bytes() == b"SELECT "
+    forced = m.forced()
+    assert smollm_vocab.decode_bytes(forced) in (b"SELECT", b"SELECT ")
+    m.advance_many(smollm_vocab.encode("SELECT name"))
+    assert m.forced_bytes() == b""  # the name may go on
+
+
+def test_ignored_terminals_between_lexemes():
+    grammar = cn.Grammar.from_lark('start: "a" "b"\n%import common.WS\n%ignore WS\n')
+    assert grammar.matches("ab") and grammar.matches(" a \n b ") and not grammar.matches("a c")
+
+
+def test_escaped_string_from_common_is_exact():
+    grammar = cn.Grammar.from_lark("start: ESCAPED_STRING\n%import common.ESCAPED_STRING\n")
+    assert grammar.matches(r'"a\"b"') and grammar.matches('""') and grammar.matches(r'"\\"')
+    assert not grammar.matches('"a"b"') and not grammar.matches(r'"\"')
+
+
+def test_case_insensitive_strings_and_priorities():
+    grammar = cn.Grammar.from_lark('start: "select"i NAME\nNAME: /[a-z]+/\n%ignore " "\n')
+    assert grammar.matches("SELECT abc") and grammar.matches("SeLeCt x")
+
+
+def test_library_grammars_via_generate_argument_forms(tmp_path):
+    from constrain.api import _as_grammar
+
+    assert _as_grammar("sql") is library.load("sql")
+    path = tmp_path / "g.lark"
+    path.write_text('start: "x"+\n')
+    assert _as_grammar(str(path)).matches("xxx")
+    assert _as_grammar('start: "y"\n').matches("y")
+    g = cn.Grammar.from_regex("z")
+    assert _as_grammar(g) is g
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('start: "a" (\n', "line 1 column"),
+        ("start: a\n", "'a' used but not defined"),
+        ('start: A\nA: "x"\nB: /(?<=a)b/\nstart2: B\n', None),
+        ('start: B\nB: /(?<=a)b/\n', "terminal B"),
+        ('start: B\nB: /a*?/\n', "terminal B"),
+        ('start: B\nB: /a*/\n', "matches the empty string"),
+        ('start: x\nx: "a" x\n', "language is empty"),
+        ("start: EOT\n%declare EOT\n", "declared but has no pattern"),
+    ],
+)
+def test_bad_grammars_get_specific_errors(text, message):
+    if message is None:
+        cn.Grammar.from_lark(text)  # an unused bad terminal is never compiled
+        return
+    with pytest.raises(GrammarError, match=message):
+        cn.Grammar.from_lark(text)
+
+
+def test_unknown_library_grammar_names_the_available_ones():
+    with pytest.raises(GrammarError, match="available: arithmetic"):
+        library.load("cobol")
+
+
+def test_state_without_fitting_token_names_the_expected_bytes():
+    vocab = Vocabulary([b"a", b"b", None], eos_ids=[2])
+    constraint = cn.Constraint(cn.Grammar.from_lark('start: "a" "c"\n'), vocab)
+    m = constraint.start()
+    m.advance(0)
+    with pytest.raises(VocabularyError, match="b'c'"):
+        m.mask()
+
+
+def test_rollback_and_fork_follow_the_parse(smollm_vocab: Vocabulary):
+    constraint = cn.Constraint(library.load("json"), smollm_vocab)
+    m = constraint.start()
+    tokens = smollm_vocab.encode('{"a": [1, 2]}')
+    m.advance_many(tokens)
+    assert m.accepting()
+    twin = m.fork()
+    m.rollback(2)
+    assert not m.accepting() and twin.accepting()
+    m.advance_many(tokens[-2:])
+    assert m.accepting() and m.state == twin.state  # interned parser states: the same node
