@@ -35,6 +35,7 @@ test-slow: $(VENV)/.dev
 
 bench: $(VENV)/.dev
 	$(BIN)/python -m constrain.bench.regex
+	$(BIN)/python -m constrain.bench.grammar
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check constrain tests

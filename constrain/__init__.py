@@ -5,6 +5,7 @@
     out = cn.generate(model, "Today's date?", regex=r"\\d{4}-\\d{2}-\\d{2}")
 """
 
+from constrain import grammars
 from constrain.api import GenerationResult, GenerationStats, generate
 from constrain.errors import (
     ConstrainError,
@@ -50,5 +51,6 @@ __all__ = [
     "Vocabulary",
     "VocabularyError",
     "generate",
+    "grammars",
     "load_model",
 ]

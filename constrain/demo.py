@@ -1,7 +1,8 @@
 """`make demo`: constrained generation with the bundled SmolLM2-135M-Instruct, offline.
 
 Prints a JSON object generated under a constraint and validated against its JSON Schema, a line
-generated under a regex, the answer to a multiple-choice question, and timings.
+generated under a regex, the answer to a multiple-choice question, a SQL query generated under
+the library's SQL grammar, and timings.
 """
 
 from __future__ import annotations
@@ -76,7 +77,18 @@ def main() -> None:
     assert out.text in CHOICES
     print(f"question: What is the capital of France?  choices: {CHOICES}")
     print(f"answer:   {out.text}")
-    print(f"  [{_timing(out)}]")
+    print(f"  [{_timing(out)}]\n")
+
+    question = (
+        "Write a SQL query: the names of the employees (table employees with columns name, "
+        "salary, department) in the sales department who earn more than 50000."
+    )
+    out = cn.generate(model, question, grammar="sql", max_tokens=60, greedy=True)
+    assert cn.grammars.load("sql").matches(out.text) or not out.complete
+    print(f"question: {question}")
+    print("grammar:  sql (constrain/grammars/sql.lark, a SELECT subset)")
+    print(f"query:    {out.text}")
+    print(f"  [{_timing(out)}, the query is {'complete' if out.complete else 'cut by max_tokens'}]")
 
 
 if __name__ == "__main__":

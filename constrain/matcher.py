@@ -18,6 +18,7 @@ Errors on the hot path raise: `advance` with a forbidden token raises `InvalidTo
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Hashable
 
 import numpy as np
@@ -38,13 +39,16 @@ class Constraint:
     Args:
         grammar: what the text must be.
         vocab: the model's vocabulary (token bytes, EOS ids, logits size).
+        max_cache_bytes: bound on the mask cache; the least recently used masks are evicted
+            (context-free grammars have unboundedly many parser states).
     """
 
-    def __init__(self, grammar: Grammar, vocab: Vocabulary):
+    def __init__(self, grammar: Grammar, vocab: Vocabulary, *, max_cache_bytes: int = 256 * 2**20):
         self.grammar = grammar
         self.vocab = vocab
         self.automaton = grammar.automaton
-        self._masks: dict[Hashable, np.ndarray] = {}
+        self.max_cache_bytes = max_cache_bytes
+        self._masks: OrderedDict[Hashable, np.ndarray] = OrderedDict()  # least recently used first
         self._eos = frozenset(vocab.eos_ids)
         self._eos_array = np.array(vocab.eos_ids, dtype=np.int64)
 
@@ -60,6 +64,7 @@ class Constraint:
         """
         mask = self._masks.get(state)
         if mask is not None:
+            self._masks.move_to_end(state)
             return mask
         mask = np.zeros(self.vocab.size, dtype=bool)
         mask[self.automaton.token_ids(state, self.vocab.trie)] = True
@@ -74,6 +79,8 @@ class Constraint:
             )
         mask.flags.writeable = False
         self._masks[state] = mask
+        while len(self._masks) * mask.nbytes > self.max_cache_bytes and len(self._masks) > 1:
+            self._masks.popitem(last=False)
         return mask
 
     @property

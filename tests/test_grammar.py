@@ -222,3 +222,8 @@ def test_rollback_and_fork_follow_the_parse(smollm_vocab: Vocabulary):
     assert not m.accepting() and twin.accepting()
     m.advance_many(tokens[-2:])
     assert m.accepting() and m.state == twin.state  # interned parser states: the same node
+
+
+def test_special_token_terminals_are_refused_until_supported():
+    with pytest.raises(GrammarError, match="special-token terminals"):
+        cn.Grammar.from_lark('start: "a" EOT\n%declare EOT\n', special_tokens={"EOT": "<|im_end|>"})

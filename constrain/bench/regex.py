@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import constrain as cn
+from constrain.bench._common import fmt, llg_tokenizer, load_vocab, percentile, write_markdown
 from constrain.regex import compile_regex
 
 REGEXES: list[tuple[str, str]] = [
@@ -44,10 +45,6 @@ REGEXES: list[tuple[str, str]] = [
     ("free line", r"[^\n]{1,80}\n"),
     ("JSON object", r'\{"name": "[^"\\\x00-\x1f]{1,40}", "age": (0|[1-9]\d{0,2}), "tags": \[("[a-z]{1,12}"(, "[a-z]{1,12}"){0,4})?\]\}'),
 ]
-
-
-def _percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
 
 
 def _paths(constraint: cn.Constraint, n_paths: int, max_len: int, seed: int) -> tuple[list[list[int]], dict]:
@@ -108,13 +105,13 @@ def _bench_ours(pattern: str, vocab: cn.Vocabulary, n_paths: int, seed: int) -> 
         "compile_ms": compile_s * 1e3,
         "states": grammar.automaton.dfa.n_states,
         "first_mask_ms": masks["first"] * 1e3,
-        "cold_p50_ms": _percentile(masks["cold"], 50) * 1e3,
-        "cold_p99_ms": _percentile(masks["cold"], 99) * 1e3,
+        "cold_p50_ms": percentile(masks["cold"], 50) * 1e3,
+        "cold_p99_ms": percentile(masks["cold"], 99) * 1e3,
         "cold_max_ms": max(masks["cold"]) * 1e3,
-        "warm_p50_us": _percentile(masks["warm"], 50) * 1e6,
-        "warm_p99_us": _percentile(masks["warm"], 99) * 1e6,
-        "check_p50_us": _percentile(checks, 50) * 1e6,
-        "check_p99_us": _percentile(checks, 99) * 1e6,
+        "warm_p50_us": percentile(masks["warm"], 50) * 1e6,
+        "warm_p99_us": percentile(masks["warm"], 99) * 1e6,
+        "check_p50_us": percentile(checks, 50) * 1e6,
+        "check_p99_us": percentile(checks, 99) * 1e6,
         "cache_kb": constraint.cache_bytes / 1024,
         "cold_masks": len(masks["cold"]),
     }, paths
@@ -126,7 +123,7 @@ def _bench_llguidance(pattern: str, vocab: cn.Vocabulary, paths: list[list[int]]
         import llguidance.hf
     except ImportError:
         return None
-    tok = _llg_tokenizer(vocab)
+    tok = llg_tokenizer(vocab)
     t0 = time.perf_counter()
     matcher = llguidance.LLMatcher(tok, llguidance.LLMatcher.grammar_from_regex(pattern))
     compile_s = time.perf_counter() - t0
@@ -143,24 +140,10 @@ def _bench_llguidance(pattern: str, vocab: cn.Vocabulary, paths: list[list[int]]
                 return {"error": f"llguidance rejected a path token: {matcher.get_error()}"}
     return {
         "compile_ms": compile_s * 1e3,
-        "mask_p50_us": _percentile(times, 50) * 1e6,
-        "mask_p99_us": _percentile(times, 99) * 1e6,
+        "mask_p50_us": percentile(times, 50) * 1e6,
+        "mask_p99_us": percentile(times, 99) * 1e6,
         "mask_max_ms": max(times) * 1e3 if times else float("nan"),
     }
-
-
-_LLG_TOKENIZERS: dict[int, object] = {}
-
-
-def _llg_tokenizer(vocab: cn.Vocabulary):
-    import llguidance.hf
-
-    key = id(vocab)
-    if key not in _LLG_TOKENIZERS:
-        _LLG_TOKENIZERS[key] = llguidance.hf.from_tokenizer(
-            vocab.tokenizer, n_vocab=vocab.size, eos_token=list(vocab.eos_ids)[0]
-        )
-    return _LLG_TOKENIZERS[key]
 
 
 _OC_VOCABS: dict[int, object] = {}
@@ -199,16 +182,10 @@ def _bench_outlines(pattern: str, vocab: cn.Vocabulary, paths: list[list[int]], 
                 return {"error": f"rejects valid prefix {text[-12:]!r}"}
     return {
         "compile_ms": compile_s * 1e3,
-        "mask_p50_us": _percentile(times, 50) * 1e6,
-        "mask_p99_us": _percentile(times, 99) * 1e6,
+        "mask_p50_us": percentile(times, 50) * 1e6,
+        "mask_p99_us": percentile(times, 99) * 1e6,
         "mask_max_ms": max(times) * 1e3 if times else float("nan"),
     }
-
-
-def _fmt(x: float, digits: int = 1) -> str:
-    if x != x:  # NaN
-        return "-"
-    return f"{x:,.{digits}f}"
 
 
 def markdown(results: list[dict]) -> str:
@@ -219,10 +196,10 @@ def markdown(results: list[dict]) -> str:
     for r in results:
         o = r["ours"]
         lines.append(
-            f"| {r['tokenizer']} | {r['name']} | {o['states']} | {_fmt(o['compile_ms'])} | {_fmt(o['first_mask_ms'], 2)} "
-            f"| {_fmt(o['cold_p50_ms'], 2)} / {_fmt(o['cold_p99_ms'], 2)} / {_fmt(o['cold_max_ms'], 2)} "
-            f"| {_fmt(o['warm_p50_us'])} / {_fmt(o['warm_p99_us'])} | {_fmt(o['check_p50_us'])} / {_fmt(o['check_p99_us'])} "
-            f"| {_fmt(o['cache_kb'], 0)} |"
+            f"| {r['tokenizer']} | {r['name']} | {o['states']} | {fmt(o['compile_ms'])} | {fmt(o['first_mask_ms'], 2)} "
+            f"| {fmt(o['cold_p50_ms'], 2)} / {fmt(o['cold_p99_ms'], 2)} / {fmt(o['cold_max_ms'], 2)} "
+            f"| {fmt(o['warm_p50_us'])} / {fmt(o['warm_p99_us'])} | {fmt(o['check_p50_us'])} / {fmt(o['check_p99_us'])} "
+            f"| {fmt(o['cache_kb'], 0)} |"
         )
     others = [r for r in results if r.get("llguidance") or r.get("outlines_core")]
     if others:
@@ -237,10 +214,10 @@ def markdown(results: list[dict]) -> str:
             llg, oc = r.get("llguidance") or {}, r.get("outlines_core") or {}
 
             def cell(d, k, digits=1):
-                return d["error"][:40] if "error" in d else _fmt(d.get(k, float("nan")), digits)
+                return d["error"][:40] if "error" in d else fmt(d.get(k, float("nan")), digits)
 
             lines.append(
-                f"| {r['tokenizer']} | {r['name']} | {_fmt(r['ours']['cold_p50_ms'], 2)} / {_fmt(r['ours']['warm_p50_us'])} "
+                f"| {r['tokenizer']} | {r['name']} | {fmt(r['ours']['cold_p50_ms'], 2)} / {fmt(r['ours']['warm_p50_us'])} "
                 f"| {cell(llg, 'compile_ms')} | {cell(llg, 'mask_p50_us')} / {cell(llg, 'mask_p99_us')} "
                 f"| {cell(oc, 'compile_ms')} | {cell(oc, 'mask_p50_us')} / {cell(oc, 'mask_p99_us')} |"
             )
@@ -257,15 +234,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--markdown", type=Path, help="write the table as markdown")
     args = parser.parse_args(argv)
 
-    from constrain.models import load_tokenizer
-
     results = []
     for name in args.tokenizers.split(","):
-        tok = load_tokenizer(name)
-        t0 = time.perf_counter()
-        vocab = cn.Vocabulary.from_tokenizer(tok)
-        vocab.trie  # noqa: B018 (built once per tokenizer; reported separately)
-        print(f"# {name}: {vocab.size} ids, vocabulary + trie built in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
+        vocab = load_vocab(name)
         for label, pattern in REGEXES:
             ours, paths = _bench_ours(pattern, vocab, args.paths, args.seed)
             row = {"tokenizer": f"{name} ({vocab.size // 1000}k)", "name": label, "pattern": pattern, "ours": ours}
@@ -279,9 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
     if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        cmd = "python -m constrain.bench.regex " + " ".join(argv if argv is not None else sys.argv[1:])
-        args.markdown.write_text(f"<!-- generated by `{cmd.strip()}`; do not edit by hand -->\n\n{table}\n")
+        write_markdown(args.markdown, "constrain.bench.regex", argv, table)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import weakref
 
 import numpy as np
 
+from constrain.errors import GrammarError
 from constrain.grammar.earley import ChartNode, EarleyParser
 from constrain.grammar.ir import GrammarIR
 from constrain.grammar.lexer import LexerDFA
@@ -55,6 +56,11 @@ class CFGAutomaton:
     """A validated `GrammarIR` as an `Automaton` (see the module docstring)."""
 
     def __init__(self, ir: GrammarIR):
+        specials = [lx.name for lx in ir.lexemes.values() if lx.special is not None]
+        if specials:
+            raise GrammarError(
+                f"special-token terminals ({', '.join(specials)}) are not supported by the matcher yet"
+            )
         self.ir = ir
         self.lexeme_table = list(ir.lexemes.values())
         self.lexeme_ids = {lx.name: i for i, lx in enumerate(self.lexeme_table)}
@@ -71,11 +77,13 @@ class CFGAutomaton:
     def _lexer(self, node: ChartNode) -> LexerDFA:
         lexer = node.lexer
         if lexer is None:
-            allowed = (node.expected | self.ignore) - self.specials
-            lexer = self._lexers.get(allowed)
-            if lexer is None:
-                lexer = self._lexers[allowed] = LexerDFA(len(self._lexers) + 1, allowed, self.lexeme_table)
-            node.lexer = lexer
+            lexer = node.lexer = self._lexer_of((node.expected | self.ignore) - self.specials)
+        return lexer
+
+    def _lexer_of(self, lexemes: frozenset[int]) -> LexerDFA:
+        lexer = self._lexers.get(lexemes)
+        if lexer is None:
+            lexer = self._lexers[lexemes] = LexerDFA(len(self._lexers) + 1, lexemes, self.lexeme_table)
         return lexer
 
     def _end(self, node: ChartNode, tags: frozenset[int]) -> ChartNode | None:
@@ -154,9 +162,14 @@ class CFGAutomaton:
         if cache is None:
             cache = self._pieces[trie] = {}
         lexer = self._lexer(node)
-        root_key = ("root", lexer.uid, lexer.start if s == _FRESH else s)
+        s = lexer.start if s == _FRESH else s
+        single = lexer.single[s]
+        if single is not None:  # share the pieces of every lexer where only this lexeme is left
+            lexer = self._lexer_of(frozenset((single[0],)))
+            s = lexer.index[(single[1],)]
+        root_key = ("root", lexer.uid, s)
         found: list[np.ndarray] = []
-        stack = [(node, root_key, lambda: self._walk(lexer, trie, np.zeros(1, np.int64), np.array([root_key[2]])))]
+        stack = [(node, root_key, lambda: self._walk(lexer, trie, np.zeros(1, np.int64), np.array([s])))]
         while stack:
             node, key, compute = stack.pop()
             piece = cache.get(key)

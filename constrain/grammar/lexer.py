@@ -39,6 +39,10 @@ class LexerDFA:
         dfas = [table[i].dfa for i in ids]
         priority = [table[i].priority for i in ids]
         start = tuple(d.start for d in dfas)
+        sizes = [d.n_states for d in dfas]
+        radix = None
+        if float(np.prod(sizes, dtype=float)) < 2**62:
+            radix = np.cumprod([1, *sizes[:-1]]).astype(np.int64)
         index = {start: 1}
         order = [start]
         rows: list[np.ndarray] = [np.zeros(256, dtype=np.int32)]
@@ -62,7 +66,16 @@ class LexerDFA:
                 rows.append(np.zeros(256, dtype=np.int32))
                 continue
             nexts = np.stack([d.transitions[s] for d, s in zip(dfas, current)], axis=1)  # (256, k)
-            distinct, inverse = np.unique(nexts, axis=0, return_inverse=True)
+            if len(dfas) == 1:
+                distinct, inverse = np.unique(nexts[:, 0], return_inverse=True)
+                distinct = distinct[:, None]
+            else:  # one int64 key per byte: the components' states in mixed radix
+                keys = (nexts * radix).sum(axis=1) if radix is not None else None
+                if keys is not None:
+                    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+                    distinct = nexts[first]
+                else:
+                    distinct, inverse = np.unique(nexts, axis=0, return_inverse=True)
             targets = np.zeros(len(distinct), dtype=np.int32)
             for j, combo in enumerate(map(tuple, distinct.tolist())):
                 if not any(combo):
@@ -79,6 +92,12 @@ class LexerDFA:
                 targets[j] = state
             rows.append(targets[inverse.ravel()])
         self.transitions = np.stack(rows).astype(np.int32)
+        # states where a single lexeme is still possible behave exactly like that lexeme's DFA
+        self.single: list[tuple[int, int] | None] = [None]
+        for combo in order:
+            alive = [(ids[k], c) for k, c in enumerate(combo) if c]
+            self.single.append(alive[0] if len(alive) == 1 else None)
+        self.index = index
         self.tag = np.array(tags, dtype=np.int32)
         self.start = 1
         self.ends = self.tag != 0
