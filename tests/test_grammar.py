@@ -227,3 +227,18 @@ def test_rollback_and_fork_follow_the_parse(smollm_vocab: Vocabulary):
 def test_special_token_terminals_are_refused_until_supported():
     with pytest.raises(GrammarError, match="special-token terminals"):
         cn.Grammar.from_lark('start: "a" EOT\n%declare EOT\n', special_tokens={"EOT": "<|im_end|>"})
+
+
+def test_bounded_and_unbounded_repetition_in_the_ir():
+    from constrain.grammar.ir import GrammarIR, Lexeme, Rule, repeat
+
+    rules = [Rule("start", ("few", "SEP", "many"))]
+    repeat(rules, "few", ["A"], 2, 4)
+    repeat(rules, "many", ["B", "A"], 1, None)
+    lexemes = {"A": Lexeme("A", "a", literal=True), "B": Lexeme("B", "b", literal=True), "SEP": Lexeme("SEP", "-", literal=True)}
+    grammar = cn.Grammar.from_ir(GrammarIR("start", rules, lexemes))
+    for n in range(7):
+        assert grammar.matches("a" * n + "-ba") == (2 <= n <= 4), n
+    assert grammar.matches("aa-bababa") and not grammar.matches("aa-") and not grammar.matches("aa-bab")
+    with pytest.raises(GrammarError, match="minimum 3 above maximum 1"):
+        repeat([], "bad", ["A"], 3, 1)

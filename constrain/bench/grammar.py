@@ -22,17 +22,22 @@ Run: ``python -m constrain.bench.grammar [--grammars json,sql] [--instances 20]
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 import constrain as cn
 import constrain.grammars as library
-from constrain.bench._common import fmt, llg_tokenizer, load_vocab, percentile, write_markdown
+from constrain.bench._common import (
+    argument_parser,
+    bench_llguidance,
+    emit,
+    fmt,
+    load_vocab,
+    percentile,
+)
 from constrain.grammar.sample import random_text
 from constrain.matcher import _tokenize
 from constrain.regex import compile_regex
@@ -147,34 +152,12 @@ def bench_ours(name: str, vocab: cn.Vocabulary, paths: list[list[int]], seed: in
     }
 
 
-def bench_llguidance(name: str, vocab: cn.Vocabulary, paths: list[list[int]]) -> dict | None:
+def _llguidance(name: str, vocab: cn.Vocabulary, paths: list[list[int]]) -> dict | None:
     try:
         import llguidance
     except ImportError:
         return None
-    text = library.path(name).read_text()
-    tok = llg_tokenizer(vocab)
-    t0 = time.perf_counter()
-    matcher = llguidance.LLMatcher(tok, llguidance.LLMatcher.grammar_from_lark(text))
-    compile_s = time.perf_counter() - t0
-    if matcher.is_error():
-        return {"error": matcher.get_error()[:60]}
-    times = []
-    for path in paths:
-        matcher.reset()
-        for token in path:
-            t0 = time.perf_counter()
-            matcher.compute_bitmask()
-            times.append(time.perf_counter() - t0)
-            if not matcher.consume_token(token):
-                return {"error": "rejects a valid instance"}
-    return {
-        "compile_ms": compile_s * 1e3,
-        "mask_p50_us": percentile(times, 50) * 1e6,
-        "mask_p90_us": percentile(times, 90) * 1e6,
-        "mask_p99_us": percentile(times, 99) * 1e6,
-        "mask_max_ms": max(times) * 1e3,
-    }
+    return bench_llguidance(vocab, llguidance.LLMatcher.grammar_from_lark(library.path(name).read_text()), paths)
 
 
 def markdown(results: list[dict]) -> str:
@@ -215,14 +198,9 @@ def markdown(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tokenizers", default="smollm2-135m-instruct,gemma-3-270m")
+    parser = argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--grammars", default="json,sql")
     parser.add_argument("--instances", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-others", action="store_true", help="skip llguidance")
-    parser.add_argument("--out", type=Path, help="write the results as JSON")
-    parser.add_argument("--markdown", type=Path, help="write the tables as markdown")
     args = parser.parse_args(argv)
 
     results = []
@@ -233,15 +211,10 @@ def main(argv: list[str] | None = None) -> None:
             row = {"tokenizer": f"{tokenizer} ({vocab.size // 1000}k)", "grammar": name}
             row["ours"] = bench_ours(name, vocab, paths, args.seed)
             if not args.no_others:
-                row["llguidance"] = bench_llguidance(name, vocab, paths)
+                row["llguidance"] = _llguidance(name, vocab, paths)
             results.append(row)
             print(f"  {name}: done", file=sys.stderr)
-    table = markdown(results)
-    print(table)
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=1))
-    if args.markdown:
-        write_markdown(args.markdown, "constrain.bench.grammar", argv, table)
+    emit(results, markdown(results), args, "constrain.bench.grammar", argv)
 
 
 if __name__ == "__main__":

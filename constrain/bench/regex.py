@@ -21,16 +21,21 @@ Run: ``python -m constrain.bench.regex [--tokenizers smollm2-135m-instruct,gemma
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 import constrain as cn
-from constrain.bench._common import fmt, llg_tokenizer, load_vocab, percentile, write_markdown
+from constrain.bench._common import (
+    argument_parser,
+    bench_llguidance,
+    emit,
+    fmt,
+    load_vocab,
+    mask_summary,
+    percentile,
+)
 from constrain.regex import compile_regex
 
 REGEXES: list[tuple[str, str]] = [
@@ -117,33 +122,12 @@ def _bench_ours(pattern: str, vocab: cn.Vocabulary, n_paths: int, seed: int) -> 
     }, paths
 
 
-def _bench_llguidance(pattern: str, vocab: cn.Vocabulary, paths: list[list[int]]) -> dict | None:
+def _llguidance(pattern: str, vocab: cn.Vocabulary, paths: list[list[int]]) -> dict | None:
     try:
         import llguidance
-        import llguidance.hf
     except ImportError:
         return None
-    tok = llg_tokenizer(vocab)
-    t0 = time.perf_counter()
-    matcher = llguidance.LLMatcher(tok, llguidance.LLMatcher.grammar_from_regex(pattern))
-    compile_s = time.perf_counter() - t0
-    if matcher.is_error():
-        return {"error": matcher.get_error()}
-    times = []
-    for path in paths:
-        matcher.reset()
-        for token in path:
-            t0 = time.perf_counter()
-            matcher.compute_bitmask()
-            times.append(time.perf_counter() - t0)
-            if not matcher.consume_token(token):
-                return {"error": f"llguidance rejected a path token: {matcher.get_error()}"}
-    return {
-        "compile_ms": compile_s * 1e3,
-        "mask_p50_us": percentile(times, 50) * 1e6,
-        "mask_p99_us": percentile(times, 99) * 1e6,
-        "mask_max_ms": max(times) * 1e3 if times else float("nan"),
-    }
+    return bench_llguidance(vocab, llguidance.LLMatcher.grammar_from_regex(pattern), paths)
 
 
 _OC_VOCABS: dict[int, object] = {}
@@ -180,12 +164,7 @@ def _bench_outlines(pattern: str, vocab: cn.Vocabulary, paths: list[list[int]], 
             except ValueError:
                 text = vocab.decode_bytes(path[: path.index(token) + 1])
                 return {"error": f"rejects valid prefix {text[-12:]!r}"}
-    return {
-        "compile_ms": compile_s * 1e3,
-        "mask_p50_us": percentile(times, 50) * 1e6,
-        "mask_p99_us": percentile(times, 99) * 1e6,
-        "mask_max_ms": max(times) * 1e3 if times else float("nan"),
-    }
+    return mask_summary(compile_s, times)
 
 
 def markdown(results: list[dict]) -> str:
@@ -225,13 +204,8 @@ def markdown(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tokenizers", default="smollm2-135m-instruct,gemma-3-270m")
+    parser = argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--paths", type=int, default=8, help="random paths per regex")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-others", action="store_true", help="skip llguidance / outlines-core")
-    parser.add_argument("--out", type=Path, help="write the results as JSON")
-    parser.add_argument("--markdown", type=Path, help="write the table as markdown")
     args = parser.parse_args(argv)
 
     results = []
@@ -241,16 +215,11 @@ def main(argv: list[str] | None = None) -> None:
             ours, paths = _bench_ours(pattern, vocab, args.paths, args.seed)
             row = {"tokenizer": f"{name} ({vocab.size // 1000}k)", "name": label, "pattern": pattern, "ours": ours}
             if not args.no_others:
-                row["llguidance"] = _bench_llguidance(pattern, vocab, paths)
+                row["llguidance"] = _llguidance(pattern, vocab, paths)
                 row["outlines_core"] = _bench_outlines(pattern, vocab, paths)
             results.append(row)
             print(f"  {label}: done", file=sys.stderr)
-    table = markdown(results)
-    print(table)
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=1))
-    if args.markdown:
-        write_markdown(args.markdown, "constrain.bench.regex", argv, table)
+    emit(results, markdown(results), args, "constrain.bench.regex", argv)
 
 
 if __name__ == "__main__":

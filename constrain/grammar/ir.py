@@ -74,11 +74,6 @@ class GrammarIR:
     ignore: list[str] = field(default_factory=list)
     source: str = ""
 
-    @classmethod
-    def from_regex(cls, pattern: str, name: str = "TEXT") -> GrammarIR:
-        """A grammar whose language is the regex's (one lexeme)."""
-        return cls("start", [Rule("start", (name,))], {name: Lexeme(name, pattern)}, source=pattern)
-
     def nonterminals(self) -> set[str]:
         return {r.lhs for r in self.rules}
 

@@ -100,7 +100,6 @@ class LexerDFA:
         self.index = index
         self.tag = np.array(tags, dtype=np.int32)
         self.start = 1
-        self.ends = self.tag != 0
         self._rows: list[list[int] | None] = [None] * len(self.transitions)
 
     def row(self, state: int) -> list[int]:
