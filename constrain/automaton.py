@@ -8,6 +8,8 @@ A `Matcher` never looks inside a grammar. It needs, for an opaque hashable *stat
 * ``can_continue(state)``: some byte can still be read;
 * ``token_ids(state, trie)``: ids of every token whose bytes keep the state live (a walk of the
   vocabulary trie that skips the subtree of each rejected prefix);
+* ``admits(state, language)``: every string of a regular `language` keeps the state live, so a
+  whole vocabulary slice is allowed without a walk (see `constrain.slices`);
 * ``forced_bytes(state)`` / ``expected_bytes(state)``: what the grammar forces or allows next.
 
 `DFAAutomaton` implements it for regexes and choices; the grammar engine implements it for
@@ -22,6 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from constrain.regex import ByteDFA
+from constrain.slices import admits
 from constrain.vocab import TokenTrie
 
 
@@ -38,6 +41,8 @@ class Automaton(Protocol):
 
     def token_ids(self, state: Hashable, trie: TokenTrie) -> np.ndarray: ...
 
+    def admits(self, state: Hashable, language: ByteDFA) -> bool: ...
+
     def forced_bytes(self, state: Hashable) -> bytes: ...
 
     def expected_bytes(self, state: Hashable) -> list[int]: ...
@@ -52,6 +57,7 @@ class DFAAutomaton:
         self._table = dfa.transitions
         self._accepting = dfa.accepting
         self._can_continue = (self._table != 0).any(axis=1)
+        self._admits: dict[tuple[int, ByteDFA], bool] = {}
 
     def step(self, state: int, data: bytes) -> int | None:
         nxt = self.dfa.walk(state, data)
@@ -68,6 +74,13 @@ class DFAAutomaton:
 
     def expected_bytes(self, state: int) -> list[int]:
         return [int(b) for b in np.flatnonzero(self._table[state])]
+
+    def admits(self, state: int, language: ByteDFA) -> bool:
+        key = (state, language)
+        found = self._admits.get(key)
+        if found is None:
+            found = self._admits[key] = admits(self._table, state, language)
+        return found
 
     def token_ids(self, state: int, trie: TokenTrie) -> np.ndarray:
         """Walk the trie level by level; each level is one vectorised DFA step for all live prefixes."""

@@ -25,6 +25,7 @@ import numpy as np
 
 from constrain.errors import InvalidTokenError, VocabularyError
 from constrain.grammar import Grammar
+from constrain.slices import slices_of
 from constrain.vocab import Vocabulary
 
 __all__ = ["Constraint", "Matcher"]
@@ -67,7 +68,12 @@ class Constraint:
             self._masks.move_to_end(state)
             return mask
         mask = np.zeros(self.vocab.size, dtype=bool)
-        mask[self.automaton.token_ids(state, self.vocab.trie)] = True
+        slices = slices_of(self.vocab)
+        admitted = tuple(self.automaton.admits(state, part.language) for part in slices.slices)
+        for part, whole in zip(slices.slices, admitted):
+            if whole:
+                mask[part.tokens] = True
+        mask[self.automaton.token_ids(state, slices.trie_without(admitted))] = True
         accepting = self.automaton.accepting(state)
         if accepting:
             mask[self._eos_array] = True

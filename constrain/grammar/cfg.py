@@ -36,6 +36,8 @@ from constrain.errors import GrammarError
 from constrain.grammar.earley import ChartNode, EarleyParser
 from constrain.grammar.ir import GrammarIR
 from constrain.grammar.lexer import LexerDFA
+from constrain.regex import ByteDFA
+from constrain.slices import admits
 from constrain.vocab import TokenTrie
 
 __all__ = ["CFGAutomaton"]
@@ -69,6 +71,7 @@ class CFGAutomaton:
         self.parser = EarleyParser(ir, self.lexeme_ids)
         self._lexers: dict[frozenset[int], LexerDFA] = {}
         self._pieces: weakref.WeakKeyDictionary[TokenTrie, dict] = weakref.WeakKeyDictionary()
+        self._admits: dict[tuple[int, int, ByteDFA], bool] = {}
         self.start = (self.parser.root, _FRESH)
         self._lexer(self.parser.root)
 
@@ -156,6 +159,18 @@ class CFGAutomaton:
 
     # -- masks --------------------------------------------------------------------------------
 
+    def admits(self, state: tuple, language: ByteDFA) -> bool:
+        """Whether every string of `language` stays inside the lexemes in progress (so no
+        boundary and no parser step is involved, and the state stays live)."""
+        node, s = state
+        lexer = self._lexer(node)
+        s = lexer.start if s == _FRESH else s
+        key = (lexer.uid, s, language)
+        found = self._admits.get(key)
+        if found is None:
+            found = self._admits[key] = admits(lexer.transitions, s, language)
+        return found
+
     def token_ids(self, state: tuple, trie: TokenTrie) -> np.ndarray:
         node, s = state
         cache = self._pieces.get(trie)
@@ -181,7 +196,7 @@ class CFGAutomaton:
                 if after is None:
                     continue
                 nxt = self._lexer(after)
-                child_key = (key, tags, nxt.uid)
+                child_key = (nxt.uid, children.tobytes())
                 stack.append((after, child_key, _starter(self, nxt, trie, children)))
         return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 

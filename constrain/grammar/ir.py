@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from constrain.errors import GrammarError, RegexError
-from constrain.regex import ByteDFA, compile_regex, dfa_from_strings
+from constrain.regex import ByteDFA, compile_regex, dfa_from_byte_classes, dfa_from_strings
 
 __all__ = ["GrammarIR", "Lexeme", "Rule", "repeat"]
 
@@ -43,6 +43,7 @@ class Lexeme:
     name: str
     pattern: str = ""
     literal: bool = False
+    ignore_case: bool = False  # for ASCII literals: match any case
     priority: int = 0
     special: str | None = None
 
@@ -51,6 +52,8 @@ class Lexeme:
         if self.special is not None:
             raise GrammarError(f"special-token terminal {self.name} has no byte automaton")
         try:
+            if self.literal and self.ignore_case:
+                return dfa_from_byte_classes([{ord(c.lower()), ord(c.upper())} for c in self.pattern], self.pattern)
             return dfa_from_strings([self.pattern]) if self.literal else compile_regex(self.pattern)
         except RegexError as exc:
             raise GrammarError(f"terminal {self.name}: {exc}") from exc

@@ -95,6 +95,8 @@ def _lexeme(terminal) -> Lexeme:
     if isinstance(pattern, PatternStr):
         if flags - {"i"}:
             raise GrammarError(f"terminal {name}: string flags {sorted(flags)} are not supported")
+        if flags and pattern.value.isascii():
+            return Lexeme(name, pattern.value, literal=True, ignore_case=True, priority=priority)
         if flags:
             return Lexeme(name, _case_insensitive(pattern.value), priority=priority)
         return Lexeme(name, pattern.value, literal=True, priority=priority)

@@ -37,70 +37,68 @@ class LexerDFA:
         self.lexemes = lexeme_ids
         ids = sorted(lexeme_ids)
         dfas = [table[i].dfa for i in ids]
-        priority = [table[i].priority for i in ids]
-        start = tuple(d.start for d in dfas)
-        sizes = [d.n_states for d in dfas]
-        radix = None
-        if float(np.prod(sizes, dtype=float)) < 2**62:
-            radix = np.cumprod([1, *sizes[:-1]]).astype(np.int64)
-        index = {start: 1}
-        order = [start]
-        rows: list[np.ndarray] = [np.zeros(256, dtype=np.int32)]
-        tag_index: dict[frozenset[int], int] = {frozenset(): 0}
-        self.tag_sets: list[frozenset[int]] = [frozenset()]
-        tags = [0]
-        done = 0
-        while done < len(order):
-            current = order[done]
-            done += 1
-            ends = [k for k, (d, s) in enumerate(zip(dfas, current)) if d.accepting[s]]
-            if ends:
-                best = max(priority[k] for k in ends)
-                ended = frozenset(ids[k] for k in ends if priority[k] == best)
-                tags.append(tag_index.setdefault(ended, len(tag_index)))
-                if tags[-1] == len(self.tag_sets):
-                    self.tag_sets.append(ended)
-            else:
-                tags.append(0)
-            if not dfas:  # nothing can follow: the start state is dead-ended
-                rows.append(np.zeros(256, dtype=np.int32))
-                continue
-            nexts = np.stack([d.transitions[s] for d, s in zip(dfas, current)], axis=1)  # (256, k)
-            if len(dfas) == 1:
-                distinct, inverse = np.unique(nexts[:, 0], return_inverse=True)
-                distinct = distinct[:, None]
-            else:  # one int64 key per byte: the components' states in mixed radix
-                keys = (nexts * radix).sum(axis=1) if radix is not None else None
-                if keys is not None:
-                    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-                    distinct = nexts[first]
-                else:
-                    distinct, inverse = np.unique(nexts, axis=0, return_inverse=True)
-            targets = np.zeros(len(distinct), dtype=np.int32)
-            for j, combo in enumerate(map(tuple, distinct.tolist())):
-                if not any(combo):
-                    continue
-                state = index.get(combo)
-                if state is None:
-                    if len(order) >= MAX_LEXER_STATES:
-                        names = ", ".join(table[i].name for i in ids)
-                        raise GrammarError(
-                            f"the lexer for terminals {names} exceeds {MAX_LEXER_STATES} states"
-                        )
-                    state = index[combo] = len(order) + 1
-                    order.append(combo)
-                targets[j] = state
-            rows.append(targets[inverse.ravel()])
-        self.transitions = np.stack(rows).astype(np.int32)
+        combos = self._explore(dfas, [table[i].name for i in ids])  # (n_states, k), row 0 dead
+        k = len(dfas)
+        # tags: the lexemes accepting in each state, filtered to the highest priority among them
+        accepting = np.zeros(combos.shape, dtype=bool)
+        for j, dfa in enumerate(dfas):
+            accepting[:, j] = dfa.accepting[combos[:, j]]
+        priority = np.array([table[i].priority for i in ids], dtype=np.int64).reshape(1, k)
+        lowest = np.iinfo(np.int64).min
+        best = np.where(accepting, priority, lowest).max(axis=1, initial=lowest)
+        ending = accepting & (priority == best[:, None])
+        # the dead row 0 ends nothing, so the all-False pattern exists and sorts first: tag 0
+        patterns, tag = np.unique(ending, axis=0, return_inverse=True)
+        self.tag = tag.ravel().astype(np.int32)
+        self.tag_sets = [frozenset(ids[j] for j in np.flatnonzero(row)) for row in patterns]
         # states where a single lexeme is still possible behave exactly like that lexeme's DFA
-        self.single: list[tuple[int, int] | None] = [None]
-        for combo in order:
-            alive = [(ids[k], c) for k, c in enumerate(combo) if c]
-            self.single.append(alive[0] if len(alive) == 1 else None)
-        self.index = index
-        self.tag = np.array(tags, dtype=np.int32)
+        alive = combos != 0
+        self.single: list[tuple[int, int] | None] = [None] * len(combos)
+        for state in np.flatnonzero(alive.sum(axis=1) == 1).tolist():
+            j = int(np.argmax(alive[state]))
+            self.single[state] = (ids[j], int(combos[state, j]))
+        self.index = {tuple(c): i for i, c in enumerate(combos.tolist()) if i}
         self.start = 1
         self._rows: list[list[int] | None] = [None] * len(self.transitions)
+
+    def _explore(self, dfas: list, names: list[str]) -> np.ndarray:
+        """Build `transitions` breadth first, one vectorised step per level; return the states."""
+        k = len(dfas)
+        if k == 0:  # nothing can follow: a start state with no way out
+            self.transitions = np.zeros((2, 256), dtype=np.int32)
+            return np.zeros((2, 0), dtype=np.int32)
+        sizes = [d.n_states for d in dfas]
+        radix = np.cumprod([1, *sizes[:-1]]).astype(np.int64) if float(np.prod(sizes, dtype=float)) < 2**62 else None
+        start = np.array([[d.start for d in dfas]], dtype=np.int32)
+        start_key = _keys(start, radix)[0]
+        index: dict = {int(start_key) if radix is not None else tuple(start_key.tolist()): 1}
+        combos = [np.zeros((1, k), dtype=np.int32), start]
+        rows = [np.zeros((1, 256), dtype=np.int32)]
+        frontier, n_states = start, 2
+        while len(frontier):
+            nexts = np.stack([d.transitions[frontier[:, j]] for j, d in enumerate(dfas)], axis=2)  # (F, 256, k)
+            flat = nexts.reshape(-1, k)
+            keys = _keys(flat, radix)
+            distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True, axis=0)
+            targets = np.zeros(len(distinct), dtype=np.int32)
+            fresh = []
+            for j, key in enumerate(distinct.tolist() if radix is not None else map(tuple, distinct.tolist())):
+                combo = flat[first[j]]
+                if not combo.any():
+                    continue
+                state = index.get(key)
+                if state is None:
+                    if n_states >= MAX_LEXER_STATES:
+                        raise GrammarError(f"the lexer for terminals {', '.join(names)} exceeds {MAX_LEXER_STATES} states")
+                    state = index[key] = n_states
+                    n_states += 1
+                    fresh.append(combo)
+                targets[j] = state
+            rows.append(targets[inverse.ravel()].reshape(-1, 256))
+            frontier = np.array(fresh, dtype=np.int32).reshape(-1, k)
+            combos.append(frontier)
+        self.transitions = np.concatenate(rows).astype(np.int32)
+        return np.concatenate(combos)
 
     def row(self, state: int) -> list[int]:
         """The transitions of `state` as a Python list (cached: the byte walk's hot path)."""
@@ -114,3 +112,8 @@ class LexerDFA:
 
     def __repr__(self) -> str:
         return f"LexerDFA(lexemes={sorted(self.lexemes)}, states={len(self.transitions)})"
+
+
+def _keys(combos: np.ndarray, radix: np.ndarray | None) -> np.ndarray:
+    """One sortable key per product state: the components in mixed radix, or the rows themselves."""
+    return combos.astype(np.int64) @ radix if radix is not None else combos

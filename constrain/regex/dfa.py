@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -460,6 +460,18 @@ def compile_regex(pattern: str, *, max_states: int = 100_000, timeout: float = 1
             table[state, list(row)] = list(row.values())
     table, acc = _minimize(table, np.array(accepting), 0)
     return _to_bytes(table, acc, atoms, pattern)
+
+
+def dfa_from_byte_classes(classes: Sequence[Iterable[int]], pattern: str) -> ByteDFA:
+    """The minimal DFA of the strings whose i-th byte is in ``classes[i]`` (a chain of states;
+    e.g. an ASCII keyword matched in any case)."""
+    n = len(classes)
+    trans = np.zeros((n + 2, 256), dtype=np.int32)
+    for i, allowed in enumerate(classes):
+        trans[i + 1, list(allowed)] = i + 2
+    accepting = np.zeros(n + 2, dtype=bool)
+    accepting[n + 1] = True
+    return ByteDFA(trans, accepting, 1, pattern)
 
 
 def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:

@@ -1,0 +1,120 @@
+"""Vocabulary slices: the fast path for near-full masks.
+
+Inside a string-like lexeme (JSON string content, a SQL string, free text) almost every token is
+allowed, and walking the whole trie to say so is the slowest mask an engine computes. The
+vocabulary is therefore partitioned once, by regular languages of plain text, into *slices*
+(tokens of whitespace only; tokens of up to 10, up to 30, or more characters that contain no
+quote, backslash or control character) and the *rest*.
+
+For a state, a slice is *admitted* when every string of the slice's language keeps the state
+live (`Automaton.admits`, an exact product check of two DFAs, cached by the automaton). An
+admitted slice contributes its precomputed token ids as they are; the other tokens are walked
+as before, in a trie without the admitted slices. Only the rest (tokens holding quotes, escapes or newlines, usually a few percent of the
+vocabulary) is walked in string states, so those masks cost an array copy, not a walk.
+
+The partition is computed per vocabulary and cached (weakly) by `slices_of`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from constrain.regex import ByteDFA, compile_regex
+from constrain.vocab import TokenTrie, Vocabulary
+
+__all__ = ["SLICE_PATTERNS", "Slice", "VocabularySlices", "admits", "slices_of"]
+
+_TEXT = r"""[^"'\\\x00-\x1f\x7f]"""
+# A token belongs to the first pattern it matches (in full); the containment check uses the
+# whole pattern, so later, longer slices are only admitted where long runs are allowed.
+SLICE_PATTERNS = (r"[ \t\n\r]+", _TEXT + "{1,10}", _TEXT + "{1,30}", _TEXT + "+")
+
+
+@dataclass(frozen=True, eq=False)
+class Slice:
+    """Tokens whose bytes are a string of `language` (and not of an earlier slice)."""
+
+    pattern: str
+    language: ByteDFA
+    tokens: np.ndarray  # int64 token ids
+
+
+class VocabularySlices:
+    """A partition of a vocabulary's text tokens into slices and the rest.
+
+    `trie_without(admitted)` is the trie of every token outside the admitted slices (the full
+    trie when none is admitted, the rest when all are), built once per combination that occurs.
+    """
+
+    def __init__(self, vocab: Vocabulary, patterns: tuple[str, ...] = SLICE_PATTERNS):
+        self._token_bytes = [vocab.token_bytes(i) for i in range(vocab.size)]
+        self._owner = np.full(vocab.size, -1, dtype=np.int64)
+        slices = []
+        for k, pattern in enumerate(patterns):
+            language = compile_regex(pattern)
+            matched = _matching_tokens(language, vocab.trie)
+            matched = matched[self._owner[matched] < 0]
+            self._owner[matched] = k
+            slices.append(Slice(pattern, language, np.sort(matched)))
+        self.slices: tuple[Slice, ...] = tuple(slices)
+        self._tries: dict[tuple[bool, ...], TokenTrie] = {(False,) * len(slices): vocab.trie}
+
+    def trie_without(self, admitted: tuple[bool, ...]) -> TokenTrie:
+        trie = self._tries.get(admitted)
+        if trie is None:
+            walked = np.array([not a for a in admitted] + [True])  # index -1: the rest
+            keep = walked[self._owner]
+            part = [b if keep[i] else None for i, b in enumerate(self._token_bytes)]
+            trie = self._tries[admitted] = TokenTrie.build(part)
+        return trie
+
+
+def _matching_tokens(language: ByteDFA, trie: TokenTrie) -> np.ndarray:
+    """Ids of the tokens whose bytes are, in full, a string of `language` (a trie walk)."""
+    table, accepting = language.transitions, language.accepting
+    nodes = trie.children[trie.child_start[0] : trie.child_start[1]]
+    states = table[language.start, trie.byte[nodes]]
+    found = []
+    while True:
+        live = states != 0
+        nodes, states = nodes[live], states[live]
+        if not len(nodes):
+            break
+        found.append(trie.tokens_at(nodes[accepting[states]]))
+        nodes, owner = trie.expand(nodes)
+        states = table[states[owner], trie.byte[nodes]]
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def admits(table: np.ndarray, state: int, language: ByteDFA) -> bool:
+    """Whether every string of `language` (and each prefix) read from `state` in the DFA with
+    transition `table` (0 = dead) stays in a non-dead state: a search of the product."""
+    lang_table = language.transitions
+    seen = {(language.start, state)}
+    stack = [(language.start, state)]
+    while stack:
+        r, q = stack.pop()
+        row = lang_table[r]
+        bytes_ = np.flatnonzero(row)
+        targets = table[q, bytes_]
+        if not targets.all():
+            return False
+        for pair in set(zip(row[bytes_].tolist(), targets.tolist())):
+            if pair not in seen:
+                seen.add(pair)
+                stack.append(pair)
+    return True
+
+
+_SLICES: weakref.WeakKeyDictionary[Vocabulary, VocabularySlices] = weakref.WeakKeyDictionary()
+
+
+def slices_of(vocab: Vocabulary) -> VocabularySlices:
+    """The (cached) slices of `vocab`."""
+    found = _SLICES.get(vocab)
+    if found is None:
+        found = _SLICES[vocab] = VocabularySlices(vocab)
+    return found
