@@ -1,8 +1,8 @@
 """constrain: constrained and controlled generation with language models.
 
-    import constrain as cn
-    model = cn.load_model()                       # bundled SmolLM2-135M-Instruct
-    out = cn.generate(model, "Today's date?", regex=r"\\d{4}-\\d{2}-\\d{2}")
+import constrain as cn
+model = cn.load_model()                       # bundled SmolLM2-135M-Instruct
+out = cn.generate(model, "Today's date?", regex=r"\\d{4}-\\d{2}-\\d{2}")
 """
 
 from constrain import grammars

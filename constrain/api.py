@@ -76,7 +76,9 @@ def _as_grammar(grammar: Grammar | str | os.PathLike) -> Grammar:
     if isinstance(grammar, os.PathLike):
         return Grammar.from_lark(grammar)
     if not isinstance(grammar, str):
-        raise TypeError(f"grammar= expects a Grammar, a library name, a path or Lark text, got {type(grammar).__name__}")
+        raise TypeError(
+            f"grammar= expects a Grammar, a library name, a path or Lark text, got {type(grammar).__name__}"
+        )
     if grammar in grammars.names():
         return grammars.load(grammar)
     return Grammar.from_lark(grammar)

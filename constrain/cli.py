@@ -14,7 +14,9 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
     print(f"cache: {cache_dir()}")
     for m in bundled_models():
-        state = ("installed" if m["installed"] else "not installed") + (", cached" if m["cached"] else "")
+        state = ("installed" if m["installed"] else "not installed") + (
+            ", cached" if m["cached"] else ""
+        )
         print(f"  {m['name']:<24} {state:<24} package {m['package']}")
     return 0
 
@@ -37,8 +39,14 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     if args.verbose:
         s = out.stats
         print(
-            json.dumps({"finish_reason": out.finish_reason, "complete": out.complete,
-                        "tokens": len(out.tokens), "tokens_per_s": round(s.tokens_per_s, 2)}),
+            json.dumps(
+                {
+                    "finish_reason": out.finish_reason,
+                    "complete": out.complete,
+                    "tokens": len(out.tokens),
+                    "tokens_per_s": round(s.tokens_per_s, 2),
+                }
+            ),
             file=sys.stderr,
         )
     return 0 if out.complete else 3

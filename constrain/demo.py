@@ -63,8 +63,11 @@ def main() -> None:
     print(f"  [{_timing(out)}]\n")
 
     out = cn.generate(
-        model, "When did the Apollo 11 Moon landing happen? Answer with a date.", regex=DATE_REGEX,
-        max_tokens=20, greedy=True,
+        model,
+        "When did the Apollo 11 Moon landing happen? Answer with a date.",
+        regex=DATE_REGEX,
+        max_tokens=20,
+        greedy=True,
     )
     assert re.fullmatch(DATE_REGEX, out.text)
     print(f"regex:  {DATE_REGEX}")

@@ -70,7 +70,9 @@ def tiny_model(smollm_tokenizer):
         eos_token_id=2,
         bos_token_id=1,
     )
-    return TransformersLM(LlamaForCausalLM(config), smollm_tokenizer, name="tiny-llama", device="cpu")
+    return TransformersLM(
+        LlamaForCausalLM(config), smollm_tokenizer, name="tiny-llama", device="cpu"
+    )
 
 
 @pytest.fixture(scope="session")

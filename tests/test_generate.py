@@ -26,9 +26,7 @@ def test_thousand_sampled_generations_all_match(tiny_model):
     n_per_regex = 125
     for pattern in GENERATION_REGEXES:
         for seed in range(n_per_regex):
-            out = cn.generate(
-                tiny_model, "x", regex=pattern, max_tokens=64, seed=seed, chat=False
-            )
+            out = cn.generate(tiny_model, "x", regex=pattern, max_tokens=64, seed=seed, chat=False)
             assert out.finish_reason == "stop" and out.complete, (pattern, out.text)
             assert re.fullmatch(pattern, out.text), (pattern, out.text)
             assert tiny_model.vocab.decode_bytes(out.tokens) == out.text.encode()
@@ -36,9 +34,15 @@ def test_thousand_sampled_generations_all_match(tiny_model):
 
 def test_choices_and_greedy_determinism(tiny_model):
     choices = ["red", "green", "blue", "light blue"]
-    outs = [cn.generate(tiny_model, "Color?", choices=choices, greedy=True, chat=False) for _ in range(2)]
+    outs = [
+        cn.generate(tiny_model, "Color?", choices=choices, greedy=True, chat=False)
+        for _ in range(2)
+    ]
     assert outs[0].text in choices and outs[0].text == outs[1].text
-    sampled = {cn.generate(tiny_model, "Color?", choices=choices, seed=s, chat=False).text for s in range(30)}
+    sampled = {
+        cn.generate(tiny_model, "Color?", choices=choices, seed=s, chat=False).text
+        for s in range(30)
+    }
     assert sampled <= set(choices) and len(sampled) >= 2
 
 

@@ -61,7 +61,9 @@ def _accepts_token_by_token(constraint: cn.Constraint, tokens: list[int]) -> boo
 
 
 @pytest.mark.parametrize("name", library.names())
-def test_random_derivations_are_accepted_and_mutations_lark_rejects_are_rejected(any_vocab: Vocabulary, name):
+def test_random_derivations_are_accepted_and_mutations_lark_rejects_are_rejected(
+    any_vocab: Vocabulary, name
+):
     grammar = library.load(name)
     constraint = cn.Constraint(grammar, any_vocab)
     oracle = _lark_oracle(library.path(name).read_text())
@@ -102,13 +104,27 @@ def test_masks_equal_a_brute_force_check_of_every_token(any_vocab: Vocabulary, n
         fresh = cn.Constraint(grammar, any_vocab).start()  # no cached masks: check walks bytes
         fresh.advance_many(tokens[:cut])
         brute = np.array([fresh.check(i) for i in range(any_vocab.size)], dtype=bool)
-        np.testing.assert_array_equal(mask, brute, err_msg=f"{name} after {any_vocab.decode(tokens[:cut])!r}")
+        np.testing.assert_array_equal(
+            mask, brute, err_msg=f"{name} after {any_vocab.decode(tokens[:cut])!r}"
+        )
 
 
 def test_ambiguous_left_recursive_grammar(smollm_vocab: Vocabulary):
     grammar = cn.Grammar.from_lark(AMBIGUOUS)
     oracle = _lark_oracle(AMBIGUOUS)
-    for text in ["1", "1+2*3", "(1+2)*3", "1 + 2 * 3 + 4", "((7))", "1+", "(1", "1 2", "", "+1", "1**2"]:
+    for text in [
+        "1",
+        "1+2*3",
+        "(1+2)*3",
+        "1 + 2 * 3 + 4",
+        "((7))",
+        "1+",
+        "(1",
+        "1 2",
+        "",
+        "+1",
+        "1**2",
+    ]:
         try:
             oracle.parse(text)
             expected = True
@@ -135,7 +151,9 @@ def test_a_token_may_span_several_lexemes_and_a_lexeme_several_tokens(smollm_voc
     m.advance_many(smollm_vocab.encode(text))
     assert m.accepting()
     spans = [smollm_vocab.token_bytes(t) for t in smollm_vocab.encode(text)]
-    assert any(b'"' in s and len(s.strip(b'"')) > 0 and s.count(b'"') == 1 for s in spans)  # ends a string
+    assert any(
+        b'"' in s and len(s.strip(b'"')) > 0 and s.count(b'"') == 1 for s in spans
+    )  # ends a string
 
 
 def test_forced_bytes_and_tokens(smollm_vocab: Vocabulary):
@@ -182,9 +200,9 @@ def test_library_grammars_via_generate_argument_forms(tmp_path):
         ('start: "a" (\n', "line 1 column"),
         ("start: a\n", "'a' used but not defined"),
         ('start: A\nA: "x"\nB: /(?<=a)b/\nstart2: B\n', None),
-        ('start: B\nB: /(?<=a)b/\n', "terminal B"),
-        ('start: B\nB: /a*?/\n', "terminal B"),
-        ('start: B\nB: /a*/\n', "matches the empty string"),
+        ("start: B\nB: /(?<=a)b/\n", "terminal B"),
+        ("start: B\nB: /a*?/\n", "terminal B"),
+        ("start: B\nB: /a*/\n", "matches the empty string"),
         ('start: x\nx: "a" x\n', "language is empty"),
         ("start: EOT\n%declare EOT\n", "declared but has no pattern"),
     ],
@@ -235,10 +253,18 @@ def test_bounded_and_unbounded_repetition_in_the_ir():
     rules = [Rule("start", ("few", "SEP", "many"))]
     repeat(rules, "few", ["A"], 2, 4)
     repeat(rules, "many", ["B", "A"], 1, None)
-    lexemes = {"A": Lexeme("A", "a", literal=True), "B": Lexeme("B", "b", literal=True), "SEP": Lexeme("SEP", "-", literal=True)}
+    lexemes = {
+        "A": Lexeme("A", "a", literal=True),
+        "B": Lexeme("B", "b", literal=True),
+        "SEP": Lexeme("SEP", "-", literal=True),
+    }
     grammar = cn.Grammar.from_ir(GrammarIR("start", rules, lexemes))
     for n in range(7):
         assert grammar.matches("a" * n + "-ba") == (2 <= n <= 4), n
-    assert grammar.matches("aa-bababa") and not grammar.matches("aa-") and not grammar.matches("aa-bab")
+    assert (
+        grammar.matches("aa-bababa")
+        and not grammar.matches("aa-")
+        and not grammar.matches("aa-bab")
+    )
     with pytest.raises(GrammarError, match="minimum 3 above maximum 1"):
         repeat([], "bad", ["A"], 3, 1)

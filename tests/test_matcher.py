@@ -65,7 +65,9 @@ def test_masks_are_sound_and_complete(any_vocab: Vocabulary, pattern):
         fresh.advance_many(path)
         brute = np.array([fresh.check(i) for i in range(any_vocab.size)], dtype=bool)
         np.testing.assert_array_equal(mask, brute)
-        candidates = np.flatnonzero(mask)[:300].tolist() + rng.integers(0, any_vocab.size, 300).tolist()
+        candidates = (
+            np.flatnonzero(mask)[:300].tolist() + rng.integers(0, any_vocab.size, 300).tolist()
+        )
         for t in candidates:
             data = any_vocab.token_bytes(t)
             if data is None:

@@ -47,7 +47,12 @@ def test_fork_is_independent(tiny_model):
     tiny_model.logprobs([f])
     torch.testing.assert_close(tiny_model.logprobs([s])[0], before)
     tiny_model.append(s, 5)
-    torch.testing.assert_close(tiny_model.logprobs([s])[0], _full_forward(tiny_model, TOKENS[:6] + [5])[-1], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        tiny_model.logprobs([s])[0],
+        _full_forward(tiny_model, TOKENS[:6] + [5])[-1],
+        atol=1e-4,
+        rtol=1e-4,
+    )
     assert f.tokens == TOKENS[:6] + [999]
 
 
@@ -57,22 +62,41 @@ def test_rollback_then_reappend_matches_a_fresh_run(tiny_model, n):
     tiny_model.score(s, TOKENS[3:8])
     tiny_model.rollback(s, n)
     assert s.tokens == TOKENS[: 8 - n]
-    torch.testing.assert_close(tiny_model.logprobs([s])[0], _full_forward(tiny_model, TOKENS[: 8 - n])[-1], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        tiny_model.logprobs([s])[0],
+        _full_forward(tiny_model, TOKENS[: 8 - n])[-1],
+        atol=1e-4,
+        rtol=1e-4,
+    )
     for t in TOKENS[8 - n : 10]:
         tiny_model.append(s, t)
-    torch.testing.assert_close(tiny_model.logprobs([s])[0], _full_forward(tiny_model, TOKENS[:10])[-1], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        tiny_model.logprobs([s])[0],
+        _full_forward(tiny_model, TOKENS[:10])[-1],
+        atol=1e-4,
+        rtol=1e-4,
+    )
     # rolling back tokens that were appended but never fed
     tiny_model.append(s, 42)
     tiny_model.rollback(s, 1)
-    torch.testing.assert_close(tiny_model.logprobs([s])[0], _full_forward(tiny_model, TOKENS[:10])[-1], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        tiny_model.logprobs([s])[0],
+        _full_forward(tiny_model, TOKENS[:10])[-1],
+        atol=1e-4,
+        rtol=1e-4,
+    )
 
 
 def test_batch_logprobs_equal_individual_calls(tiny_model):
     a, b = tiny_model.start(TOKENS[:3]), tiny_model.start(TOKENS[2:9])
     batch = tiny_model.logprobs([a, b])
     assert batch.shape == (2, tiny_model.vocab_size)
-    torch.testing.assert_close(batch[0], _full_forward(tiny_model, TOKENS[:3])[-1], atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(batch[1], _full_forward(tiny_model, TOKENS[2:9])[-1], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        batch[0], _full_forward(tiny_model, TOKENS[:3])[-1], atol=1e-4, rtol=1e-4
+    )
+    torch.testing.assert_close(
+        batch[1], _full_forward(tiny_model, TOKENS[2:9])[-1], atol=1e-4, rtol=1e-4
+    )
 
 
 def test_pending_tokens_of_several_streams_are_fed_in_one_batched_forward(tiny_model):
@@ -85,17 +109,26 @@ def test_pending_tokens_of_several_streams_are_fed_in_one_batched_forward(tiny_m
             tiny_model.append(stream, token)
     batch = tiny_model.logprobs(streams)
     for row, (seq, new) in enumerate(zip(seqs, extra)):
-        torch.testing.assert_close(batch[row], _full_forward(tiny_model, seq + new)[-1], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            batch[row], _full_forward(tiny_model, seq + new)[-1], atol=1e-4, rtol=1e-4
+        )
     # the split caches are exact: each stream continues alone, rolls back, and is batched again
     tiny_model.append(streams[1], 46)
     torch.testing.assert_close(
-        tiny_model.logprobs([streams[1]])[0], _full_forward(tiny_model, seqs[1] + [43, 46])[-1], atol=1e-4, rtol=1e-4
+        tiny_model.logprobs([streams[1]])[0],
+        _full_forward(tiny_model, seqs[1] + [43, 46])[-1],
+        atol=1e-4,
+        rtol=1e-4,
     )
     tiny_model.rollback(streams[0], 2)
     tiny_model.append(streams[2], 47)
     batch = tiny_model.logprobs(streams)
-    torch.testing.assert_close(batch[0], _full_forward(tiny_model, seqs[0] + [40])[-1], atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(batch[2], _full_forward(tiny_model, seqs[2] + [44, 45, 47])[-1], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        batch[0], _full_forward(tiny_model, seqs[0] + [40])[-1], atol=1e-4, rtol=1e-4
+    )
+    torch.testing.assert_close(
+        batch[2], _full_forward(tiny_model, seqs[2] + [44, 45, 47])[-1], atol=1e-4, rtol=1e-4
+    )
 
 
 def test_cached_model_gives_the_gguf_models_logits(smollm):
@@ -126,7 +159,10 @@ def test_chat_template_and_eos(smollm):
 
 def test_gemma_tokenizer_loads(gemma_tokenizer):
     assert len(gemma_tokenizer) >= 262_000
-    assert gemma_tokenizer.decode(gemma_tokenizer.encode("héllo 🎉", add_special_tokens=False)) == "héllo 🎉"
+    assert (
+        gemma_tokenizer.decode(gemma_tokenizer.encode("héllo 🎉", add_special_tokens=False))
+        == "héllo 🎉"
+    )
 
 
 def test_unknown_model_fails_fast_and_clearly():

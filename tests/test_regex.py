@@ -16,7 +16,18 @@ from constrain.regex import DEAD, ByteDFA, compile_regex, dfa_from_strings
 # -- a strategy of regexes built from the supported constructs -------------------------------------
 
 _LITERALS = ["a", "b", "c", "é", "日", "🎉", "-", r"\.", r"\n", " "]
-_CLASSES = [r"[ab]", r"[a-c]", r"[^a]", r"[^ab\n]", r"\d", r"\w", r"\s", ".", r"[é-ë]", r"[^\x00-\x7f]"]
+_CLASSES = [
+    r"[ab]",
+    r"[a-c]",
+    r"[^a]",
+    r"[^ab\n]",
+    r"\d",
+    r"\w",
+    r"\s",
+    ".",
+    r"[é-ë]",
+    r"[^\x00-\x7f]",
+]
 
 
 def _regexes():
@@ -58,7 +69,9 @@ def _can_accept(dfa: ByteDFA, state: int) -> bool:
 def test_dfa_agrees_with_python_re(pattern, data):
     dfa = compile_regex(pattern)
     compiled = re.compile(pattern, re.ASCII)
-    matching = data.draw(st.from_regex(compiled, fullmatch=True).filter(lambda s: "\r" not in s or True))
+    matching = data.draw(
+        st.from_regex(compiled, fullmatch=True).filter(lambda s: "\r" not in s or True)
+    )
     arbitrary = data.draw(st.text(_ALPHABET, max_size=8))
     for text in (matching, arbitrary):
         expected = compiled.fullmatch(text) is not None
@@ -107,7 +120,9 @@ def test_utf8_byte_level():
     assert dfa.walk(dfa.start, "日".encode()[:2]) != DEAD
     assert compile_regex(r"\u00e9\U0001F389").matches("é🎉")
     assert compile_regex(r"[\u00e0-\u00ff]+").matches("éàÿ")
-    assert compile_regex(r"\ud83c\udf89").matches("🎉")  # a UTF-16 surrogate pair (JSON Schema style)
+    assert compile_regex(r"\ud83c\udf89").matches(
+        "🎉"
+    )  # a UTF-16 surrogate pair (JSON Schema style)
 
 
 def test_semantics_of_shorthand_classes():

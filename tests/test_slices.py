@@ -28,12 +28,20 @@ def test_slices_partition_the_text_tokens(smollm_vocab: Vocabulary):
 
 
 def test_a_token_belongs_to_the_first_slice_it_matches():
-    vocab = Vocabulary([b" ", b"  ", b"ab", b"a" * 12, b"a" * 40, b'"', b"x'y", b"\xc3", None], eos_ids=[8])
+    vocab = Vocabulary(
+        [b" ", b"  ", b"ab", b"a" * 12, b"a" * 40, b'"', b"x'y", b"\xc3", None], eos_ids=[8]
+    )
     slices = VocabularySlices(vocab, SLICE_PATTERNS)
     assert [p.tokens.tolist() for p in slices.slices] == [[0, 1], [2], [3], [4]]
     rest = slices.trie_without((True, True, True, True)).tokens
     assert sorted(rest.tolist()) == [5, 6, 7]
-    assert sorted(slices.trie_without((True, False, True, False)).tokens.tolist()) == [2, 4, 5, 6, 7]
+    assert sorted(slices.trie_without((True, False, True, False)).tokens.tolist()) == [
+        2,
+        4,
+        5,
+        6,
+        7,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -58,7 +66,12 @@ def test_grammar_string_states_admit_the_text_slices(smollm_vocab: Vocabulary):
     m = cn.Constraint(grammar, smollm_vocab).start()
     m.advance_many(smollm_vocab.encode('["hello'))
     languages = [part.language for part in slices_of(smollm_vocab).slices]
-    assert [grammar.automaton.admits(m.state, lang) for lang in languages] == [True, True, True, True]
+    assert [grammar.automaton.admits(m.state, lang) for lang in languages] == [
+        True,
+        True,
+        True,
+        True,
+    ]
     mask = m.mask()
     brute = np.array([m.check(i) for i in range(smollm_vocab.size)])
     np.testing.assert_array_equal(mask, brute)

@@ -42,7 +42,20 @@ from constrain.grammar.sample import random_text
 from constrain.matcher import _tokenize
 from constrain.regex import compile_regex
 
-_WORDS = ["id", "name", "price", "tags", "active", "created", "items", "user", "score", "notes", "Ada", "x"]
+_WORDS = [
+    "id",
+    "name",
+    "price",
+    "tags",
+    "active",
+    "created",
+    "items",
+    "user",
+    "score",
+    "notes",
+    "Ada",
+    "x",
+]
 
 
 def _random_json(rng: np.random.Generator, depth: int = 0):
@@ -57,7 +70,10 @@ def _random_json(rng: np.random.Generator, depth: int = 0):
     if kind == 3:
         return [True, False, None][int(rng.integers(3))]
     if kind in (4, 5):
-        return {str(k): _random_json(rng, depth + 1) for k in rng.choice(_WORDS, int(rng.integers(1, 5)), replace=False)}
+        return {
+            str(k): _random_json(rng, depth + 1)
+            for k in rng.choice(_WORDS, int(rng.integers(1, 5)), replace=False)
+        }
     return [_random_json(rng, depth + 1) for _ in range(int(rng.integers(0, 4)))]
 
 
@@ -68,7 +84,9 @@ def _instance_text(name: str, grammar: cn.Grammar, rng: np.random.Generator) -> 
     return random_text(grammar.ir, rng, max_depth=7).encode()
 
 
-def _instances(name: str, grammar: cn.Grammar, vocab: cn.Vocabulary, n: int, seed: int) -> list[list[int]]:
+def _instances(
+    name: str, grammar: cn.Grammar, vocab: cn.Vocabulary, n: int, seed: int
+) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     out = []
     while len(out) < n:
@@ -157,7 +175,9 @@ def _llguidance(name: str, vocab: cn.Vocabulary, paths: list[list[int]]) -> dict
         import llguidance
     except ImportError:
         return None
-    return bench_llguidance(vocab, llguidance.LLMatcher.grammar_from_lark(library.path(name).read_text()), paths)
+    return bench_llguidance(
+        vocab, llguidance.LLMatcher.grammar_from_lark(library.path(name).read_text()), paths
+    )
 
 
 def markdown(results: list[dict]) -> str:

@@ -44,15 +44,26 @@ REGEXES: list[tuple[str, str]] = [
     ("ISO date", r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"),
     ("phone", r"\+?1? ?\(\d{3}\) \d{3}-\d{4}"),
     ("float", r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?"),
-    ("ISO date-time", r"\d{4}-\d{2}-\d{2}T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)"),
-    ("email", r"[a-zA-Z0-9._%+-]{1,64}@[a-zA-Z0-9-]{1,63}(\.[a-zA-Z0-9-]{1,63}){0,4}\.[a-zA-Z]{2,12}"),
+    (
+        "ISO date-time",
+        r"\d{4}-\d{2}-\d{2}T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)",
+    ),
+    (
+        "email",
+        r"[a-zA-Z0-9._%+-]{1,64}@[a-zA-Z0-9-]{1,63}(\.[a-zA-Z0-9-]{1,63}){0,4}\.[a-zA-Z]{2,12}",
+    ),
     ("[a-z]{1,200}", r"[a-z]{1,200}"),
     ("free line", r"[^\n]{1,80}\n"),
-    ("JSON object", r'\{"name": "[^"\\\x00-\x1f]{1,40}", "age": (0|[1-9]\d{0,2}), "tags": \[("[a-z]{1,12}"(, "[a-z]{1,12}"){0,4})?\]\}'),
+    (
+        "JSON object",
+        r'\{"name": "[^"\\\x00-\x1f]{1,40}", "age": (0|[1-9]\d{0,2}), "tags": \[("[a-z]{1,12}"(, "[a-z]{1,12}"){0,4})?\]\}',
+    ),
 ]
 
 
-def _paths(constraint: cn.Constraint, n_paths: int, max_len: int, seed: int) -> tuple[list[list[int]], dict]:
+def _paths(
+    constraint: cn.Constraint, n_paths: int, max_len: int, seed: int
+) -> tuple[list[list[int]], dict]:
     """Random allowed-token paths; times every mask() call (cold or warm)."""
     rng = np.random.default_rng(seed)
     eos = set(constraint.vocab.eos_ids)
@@ -82,7 +93,9 @@ def _paths(constraint: cn.Constraint, n_paths: int, max_len: int, seed: int) -> 
     return paths, {"first": first, "cold": cold, "warm": warm}
 
 
-def _check_times(grammar: cn.Grammar, vocab: cn.Vocabulary, paths: list[list[int]], seed: int) -> list[float]:
+def _check_times(
+    grammar: cn.Grammar, vocab: cn.Vocabulary, paths: list[list[int]], seed: int
+) -> list[float]:
     rng = np.random.default_rng(seed)
     constraint = cn.Constraint(grammar, vocab)  # nothing cached: check walks the bytes
     times = []
@@ -98,7 +111,9 @@ def _check_times(grammar: cn.Grammar, vocab: cn.Vocabulary, paths: list[list[int
     return times
 
 
-def _bench_ours(pattern: str, vocab: cn.Vocabulary, n_paths: int, seed: int) -> tuple[dict, list[list[int]]]:
+def _bench_ours(
+    pattern: str, vocab: cn.Vocabulary, n_paths: int, seed: int
+) -> tuple[dict, list[list[int]]]:
     compile_regex.cache_clear()
     t0 = time.perf_counter()
     grammar = cn.Grammar.from_regex(pattern)
@@ -133,7 +148,9 @@ def _llguidance(pattern: str, vocab: cn.Vocabulary, paths: list[list[int]]) -> d
 _OC_VOCABS: dict[int, object] = {}
 
 
-def _bench_outlines(pattern: str, vocab: cn.Vocabulary, paths: list[list[int]], timeout_states: int = 5000) -> dict | None:
+def _bench_outlines(
+    pattern: str, vocab: cn.Vocabulary, paths: list[list[int]], timeout_states: int = 5000
+) -> dict | None:
     try:
         import outlines_core
         import torch
@@ -213,7 +230,12 @@ def main(argv: list[str] | None = None) -> None:
         vocab = load_vocab(name)
         for label, pattern in REGEXES:
             ours, paths = _bench_ours(pattern, vocab, args.paths, args.seed)
-            row = {"tokenizer": f"{name} ({vocab.size // 1000}k)", "name": label, "pattern": pattern, "ours": ours}
+            row = {
+                "tokenizer": f"{name} ({vocab.size // 1000}k)",
+                "name": label,
+                "pattern": pattern,
+                "ours": ours,
+            }
             if not args.no_others:
                 row["llguidance"] = _llguidance(pattern, vocab, paths)
                 row["outlines_core"] = _bench_outlines(pattern, vocab, paths)

@@ -67,7 +67,9 @@ class CFGAutomaton:
         self.lexeme_table = list(ir.lexemes.values())
         self.lexeme_ids = {lx.name: i for i, lx in enumerate(self.lexeme_table)}
         self.ignore = frozenset(self.lexeme_ids[n] for n in ir.ignore)
-        self.specials = frozenset(i for i, lx in enumerate(self.lexeme_table) if lx.special is not None)
+        self.specials = frozenset(
+            i for i, lx in enumerate(self.lexeme_table) if lx.special is not None
+        )
         self.parser = EarleyParser(ir, self.lexeme_ids)
         self._lexers: dict[frozenset[int], LexerDFA] = {}
         self._pieces: weakref.WeakKeyDictionary[TokenTrie, dict] = weakref.WeakKeyDictionary()
@@ -86,7 +88,9 @@ class CFGAutomaton:
     def _lexer_of(self, lexemes: frozenset[int]) -> LexerDFA:
         lexer = self._lexers.get(lexemes)
         if lexer is None:
-            lexer = self._lexers[lexemes] = LexerDFA(len(self._lexers) + 1, lexemes, self.lexeme_table)
+            lexer = self._lexers[lexemes] = LexerDFA(
+                len(self._lexers) + 1, lexemes, self.lexeme_table
+            )
         return lexer
 
     def _end(self, node: ChartNode, tags: frozenset[int]) -> ChartNode | None:
@@ -184,7 +188,9 @@ class CFGAutomaton:
             s = lexer.index[(single[1],)]
         root_key = ("root", lexer.uid, s)
         found: list[np.ndarray] = []
-        stack = [(node, root_key, lambda: self._walk(lexer, trie, np.zeros(1, np.int64), np.array([s])))]
+        stack = [
+            (node, root_key, lambda: self._walk(lexer, trie, np.zeros(1, np.int64), np.array([s])))
+        ]
         while stack:
             node, key, compute = stack.pop()
             piece = cache.get(key)
@@ -200,7 +206,9 @@ class CFGAutomaton:
                 stack.append((after, child_key, _starter(self, nxt, trie, children)))
         return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
-    def _walk(self, lexer: LexerDFA, trie: TokenTrie, nodes: np.ndarray, states: np.ndarray) -> _Piece:
+    def _walk(
+        self, lexer: LexerDFA, trie: TokenTrie, nodes: np.ndarray, states: np.ndarray
+    ) -> _Piece:
         """Walk inside `lexer` from trie `nodes` (already read, in live `states`)."""
         table, tag = lexer.transitions, lexer.tag
         found = [trie.tokens_at(nodes[nodes != 0])]

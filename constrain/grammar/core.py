@@ -27,7 +27,9 @@ class Grammar:
         self.ir: GrammarIR | None = None
 
     @classmethod
-    def from_regex(cls, pattern: str, *, max_states: int = 100_000, timeout: float = 10.0) -> Grammar:
+    def from_regex(
+        cls, pattern: str, *, max_states: int = 100_000, timeout: float = 10.0
+    ) -> Grammar:
         """Texts that fully match `pattern` (see docs/regex.md for the supported syntax).
 
         Raises:
@@ -45,7 +47,9 @@ class Grammar:
             raise GrammarError("from_choices needs at least one choice")
         bad = [c for c in items if not isinstance(c, (str, bytes))]
         if bad:
-            raise GrammarError(f"choices must be str or bytes, got {type(bad[0]).__name__}: {bad[0]!r}")
+            raise GrammarError(
+                f"choices must be str or bytes, got {type(bad[0]).__name__}: {bad[0]!r}"
+            )
         return cls._from_dfa(dfa_from_strings(items), kind="choices", source=repr(items))
 
     @classmethod
@@ -80,7 +84,13 @@ class Grammar:
             source = name
         else:
             source = "<grammar>"
-        ir = ir_from_lark(grammar, start=start, import_paths=import_paths, special_tokens=special_tokens, source=source)
+        ir = ir_from_lark(
+            grammar,
+            start=start,
+            import_paths=import_paths,
+            special_tokens=special_tokens,
+            source=source,
+        )
         return cls.from_ir(ir, kind="lark", source=source)
 
     @classmethod

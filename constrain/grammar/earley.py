@@ -52,7 +52,9 @@ class EarleyParser:
         nts = sorted(ir.nonterminals() | {_SUPER_START})
         nt_id = {n: i for i, n in enumerate(nts)}
         rules = [(_SUPER_START, (ir.start,))] + [(r.lhs, r.rhs) for r in ir.rules]
-        self.next_sym: list[int | None] = []  # per dotted rule: nt id >= 0, ~lexeme id < 0, None = complete
+        self.next_sym: list[
+            int | None
+        ] = []  # per dotted rule: nt id >= 0, ~lexeme id < 0, None = complete
         self.lhs: list[int] = []
         first_dotted: dict[int, list[int]] = {i: [] for i in range(len(nts))}
         for lhs, rhs in rules:
@@ -140,7 +142,9 @@ class EarleyParser:
         key = frozenset(items)
         node = self._interned.get(key)
         if node is None:
-            expected = frozenset(~next_sym[d] for d, _ in items if next_sym[d] is not None and next_sym[d] < 0)
+            expected = frozenset(
+                ~next_sym[d] for d, _ in items if next_sym[d] is not None and next_sym[d] < 0
+            )
             accepts = any(d == self.accept_item for d, _ in items)
             node = self._interned[key] = ChartNode(tuple(items), expected, accepts)
         return node

@@ -53,7 +53,9 @@ class Lexeme:
             raise GrammarError(f"special-token terminal {self.name} has no byte automaton")
         try:
             if self.literal and self.ignore_case:
-                return dfa_from_byte_classes([{ord(c.lower()), ord(c.upper())} for c in self.pattern], self.pattern)
+                return dfa_from_byte_classes(
+                    [{ord(c.lower()), ord(c.upper())} for c in self.pattern], self.pattern
+                )
             return dfa_from_strings([self.pattern]) if self.literal else compile_regex(self.pattern)
         except RegexError as exc:
             raise GrammarError(f"terminal {self.name}: {exc}") from exc
@@ -123,8 +125,12 @@ class GrammarIR:
                     productive.add(rule.lhs)
                     changed = True
         if self.start not in productive:
-            raise GrammarError(f"the grammar's language is empty: rule {self.start!r} derives no finite text")
-        rules = [r for r in self.rules if r.lhs in productive and all(s in productive for s in r.rhs)]
+            raise GrammarError(
+                f"the grammar's language is empty: rule {self.start!r} derives no finite text"
+            )
+        rules = [
+            r for r in self.rules if r.lhs in productive and all(s in productive for s in r.rhs)
+        ]
         reachable, stack = {self.start}, [self.start]
         by_lhs: dict[str, list[Rule]] = {}
         for r in rules:
@@ -164,4 +170,3 @@ def repeat(rules: list[Rule], name: str, item: Sequence[str], low: int, high: in
         prev = upto
     rules.append(Rule(name, item * low + ((prev,) if prev else ())))
     return name
-

@@ -57,7 +57,11 @@ def _has_lazy_quantifier(regex: str) -> bool:
             in_class = True
             if regex[i + 1 : i + 2] == "]":
                 i += 1
-        elif c in "*+?}" and regex[i + 1 : i + 2] == "?" and not (c == "?" and regex[i - 1 : i] == "("):
+        elif (
+            c in "*+?}"
+            and regex[i + 1 : i + 2] == "?"
+            and not (c == "?" and regex[i - 1 : i] == "(")
+        ):
             return True
         i += 1
     return False
@@ -105,7 +109,7 @@ def _lexeme(terminal) -> Lexeme:
     if flags:
         raise GrammarError(
             f"terminal {name}: regex flags {sorted(flags)} are not supported; spell the variants "
-            f"out (e.g. [Ss][Ee][Ll][Ee][Cc][Tt]) or use a case-insensitive string \"select\"i"
+            f'out (e.g. [Ss][Ee][Ll][Ee][Cc][Tt]) or use a case-insensitive string "select"i'
         )
     if _has_lazy_quantifier(regex):
         raise GrammarError(
@@ -147,7 +151,9 @@ def ir_from_lark(
     lexemes = {t.name: _lexeme(t) for t in terminals}
     for name, special in (special_tokens or {}).items():
         if name in lexemes:
-            raise GrammarError(f"terminal {name} has a pattern; only %declare'd terminals can be special tokens")
+            raise GrammarError(
+                f"terminal {name} has a pattern; only %declare'd terminals can be special tokens"
+            )
         lexemes[name] = Lexeme(name, special=special)
     ir_rules = []
     for rule in rules:

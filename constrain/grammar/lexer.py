@@ -68,7 +68,11 @@ class LexerDFA:
             self.transitions = np.zeros((2, 256), dtype=np.int32)
             return np.zeros((2, 0), dtype=np.int32)
         sizes = [d.n_states for d in dfas]
-        radix = np.cumprod([1, *sizes[:-1]]).astype(np.int64) if float(np.prod(sizes, dtype=float)) < 2**62 else None
+        radix = (
+            np.cumprod([1, *sizes[:-1]]).astype(np.int64)
+            if float(np.prod(sizes, dtype=float)) < 2**62
+            else None
+        )
         start = np.array([[d.start for d in dfas]], dtype=np.int32)
         start_key = _keys(start, radix)[0]
         index: dict = {int(start_key) if radix is not None else tuple(start_key.tolist()): 1}
@@ -76,20 +80,28 @@ class LexerDFA:
         rows = [np.zeros((1, 256), dtype=np.int32)]
         frontier, n_states = start, 2
         while len(frontier):
-            nexts = np.stack([d.transitions[frontier[:, j]] for j, d in enumerate(dfas)], axis=2)  # (F, 256, k)
+            nexts = np.stack(
+                [d.transitions[frontier[:, j]] for j, d in enumerate(dfas)], axis=2
+            )  # (F, 256, k)
             flat = nexts.reshape(-1, k)
             keys = _keys(flat, radix)
-            distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True, axis=0)
+            distinct, first, inverse = np.unique(
+                keys, return_index=True, return_inverse=True, axis=0
+            )
             targets = np.zeros(len(distinct), dtype=np.int32)
             fresh = []
-            for j, key in enumerate(distinct.tolist() if radix is not None else map(tuple, distinct.tolist())):
+            for j, key in enumerate(
+                distinct.tolist() if radix is not None else map(tuple, distinct.tolist())
+            ):
                 combo = flat[first[j]]
                 if not combo.any():
                     continue
                 state = index.get(key)
                 if state is None:
                     if n_states >= MAX_LEXER_STATES:
-                        raise GrammarError(f"the lexer for terminals {', '.join(names)} exceeds {MAX_LEXER_STATES} states")
+                        raise GrammarError(
+                            f"the lexer for terminals {', '.join(names)} exceeds {MAX_LEXER_STATES} states"
+                        )
                     state = index[key] = n_states
                     n_states += 1
                     fresh.append(combo)

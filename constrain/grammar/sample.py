@@ -63,7 +63,11 @@ def random_text(ir: GrammarIR, rng: np.random.Generator, max_depth: int = 8) -> 
         changed = False
         for lhs, alts in by_lhs.items():
             h = min(
-                (1 + max((height[s] for s in rhs), default=0) for rhs in alts if all(s in height for s in rhs)),
+                (
+                    1 + max((height[s] for s in rhs), default=0)
+                    for rhs in alts
+                    if all(s in height for s in rhs)
+                ),
                 default=None,
             )
             if h is not None and height.get(lhs, h + 1) > h:

@@ -1,7 +1,7 @@
 """The grammar library: Lark grammars shipped with the package.
 
-    cn.grammars.names()        # ['arithmetic', 'csv', 'json', 'python_expr', 'sql']
-    g = cn.grammars.load("sql")
+cn.grammars.names()        # ['arithmetic', 'csv', 'json', 'python_expr', 'sql']
+g = cn.grammars.load("sql")
 """
 
 from __future__ import annotations

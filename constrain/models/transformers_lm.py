@@ -20,7 +20,7 @@ _END_OF_TURN = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """"auto" picks CUDA, then MPS, then the CPU."""
+    """ "auto" picks CUDA, then MPS, then the CPU."""
     if str(device) != "auto":
         return torch.device(device)
     if torch.cuda.is_available():
@@ -105,7 +105,9 @@ class TransformersLM:
         if self._vocab is None:
             from constrain.vocab import Vocabulary
 
-            self._vocab = Vocabulary.from_tokenizer(self.tokenizer, size=self.vocab_size, eos_ids=self.eos_ids)
+            self._vocab = Vocabulary.from_tokenizer(
+                self.tokenizer, size=self.vocab_size, eos_ids=self.eos_ids
+            )
         return self._vocab
 
     @property
@@ -126,10 +128,14 @@ class TransformersLM:
         if use_chat:
             if not self.has_chat_template:
                 raise ValueError(f"{self.name} has no chat template; pass chat=False")
-            messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+            messages = (
+                [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+            )
             if system is not None:
                 messages = [{"role": "system", "content": system}, *messages]
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            text = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False
+            )
             return list(self.tokenizer.encode(text, add_special_tokens=False))
         if not isinstance(prompt, str):
             raise TypeError("a list of messages needs the chat template (chat=True)")
@@ -184,7 +190,9 @@ class TransformersLM:
 
     def _batchable(self, streams: Sequence[Stream]) -> bool:
         return all(
-            s._cache is not None and s._n_fed > 0 and not any(layer.is_sliding for layer in s._cache.layers)
+            s._cache is not None
+            and s._n_fed > 0
+            and not any(layer.is_sliding for layer in s._cache.layers)
             for s in streams
         )
 
@@ -205,16 +213,24 @@ class TransformersLM:
         for row, (n_past, new) in enumerate(zip(past, pending)):
             ids[row, : len(new)] = torch.tensor(new, device=self.device)
             mask[row, P - n_past : P + len(new)] = 1
-        positions = torch.tensor(past, device=self.device)[:, None] + torch.arange(N, device=self.device)
+        positions = torch.tensor(past, device=self.device)[:, None] + torch.arange(
+            N, device=self.device
+        )
         with torch.inference_mode():
             out = self.hf_model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
             )
         for row, (stream, n_past, new) in enumerate(zip(streams, past, pending)):
             own = DynamicCache(config=self.hf_model.config)
             for i, layer in enumerate(out.past_key_values.layers):
                 span = slice(P - n_past, P + len(new))
-                own.update(layer.keys[row : row + 1, :, span], layer.values[row : row + 1, :, span], i)
+                own.update(
+                    layer.keys[row : row + 1, :, span], layer.values[row : row + 1, :, span], i
+                )
             stream._cache = own
             stream._n_fed += len(new)
             stream._last = torch.log_softmax(out.logits[row, len(new) - 1].float(), dim=-1)
@@ -241,7 +257,9 @@ class TransformersLM:
 
     def fork(self, stream: Stream) -> Stream:
         """An independent copy of `stream` (its KV cache is copied)."""
-        twin = Stream(list(stream.tokens), copy.deepcopy(stream._cache), stream._n_fed, stream._last)
+        twin = Stream(
+            list(stream.tokens), copy.deepcopy(stream._cache), stream._n_fed, stream._last
+        )
         twin.prompt_len = stream.prompt_len
         return twin
 

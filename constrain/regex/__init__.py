@@ -11,6 +11,12 @@ Invariants: state 0 is dead; every other state is reachable from the start state
 completable. Limits on states and compile time are explicit and raise `RegexError`.
 """
 
-from constrain.regex.dfa import DEAD, ByteDFA, compile_regex, dfa_from_byte_classes, dfa_from_strings
+from constrain.regex.dfa import (
+    DEAD,
+    ByteDFA,
+    compile_regex,
+    dfa_from_byte_classes,
+    dfa_from_strings,
+)
 
 __all__ = ["DEAD", "ByteDFA", "compile_regex", "dfa_from_byte_classes", "dfa_from_strings"]

@@ -64,7 +64,9 @@ def prepare(pattern: str) -> str:
                         code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
                         consumed += 6
                 if 0xD800 <= code <= 0xDFFF:
-                    raise RegexError("a lone UTF-16 surrogate cannot appear in UTF-8 text", pattern, i)
+                    raise RegexError(
+                        "a lone UTF-16 surrogate cannot appear in UTF-8 text", pattern, i
+                    )
                 if code > 0x10FFFF:
                     raise RegexError("code point beyond U+10FFFF", pattern, i)
                 out.append(_escape_char(chr(code), in_class))
@@ -78,7 +80,9 @@ def prepare(pattern: str) -> str:
                 if e in "AZz":
                     at_edge = (e == "A" and i == 0) or (e in "Zz" and i + 2 == n)
                     if not at_edge:
-                        raise RegexError(f"anchor \\{e} is only supported at the pattern's edge", pattern, i)
+                        raise RegexError(
+                            f"anchor \\{e} is only supported at the pattern's edge", pattern, i
+                        )
                     i += 2
                     continue
             if e in "pPN":
@@ -91,10 +95,16 @@ def prepare(pattern: str) -> str:
             i += 2
             continue
         if in_class:
-            if c == "]" and i > class_start + 1 and not (i == class_start + 2 and pattern[class_start + 1] == "^"):
+            if (
+                c == "]"
+                and i > class_start + 1
+                and not (i == class_start + 2 and pattern[class_start + 1] == "^")
+            ):
                 in_class = False
             elif c == "[" and pattern[i + 1 : i + 2] == ":":
-                raise RegexError("POSIX character classes like [:alpha:] are not supported", pattern, i)
+                raise RegexError(
+                    "POSIX character classes like [:alpha:] are not supported", pattern, i
+                )
             out.append(c)
             i += 1
             continue
@@ -118,7 +128,9 @@ def prepare(pattern: str) -> str:
                 raise RegexError(f"inline flags (?{ext[0]}...) are not supported", pattern, i)
         elif c == "^":
             if i != 0:
-                raise RegexError("anchor ^ is only supported at the start of the pattern", pattern, i)
+                raise RegexError(
+                    "anchor ^ is only supported at the start of the pattern", pattern, i
+                )
             i += 1
             continue
         elif c == "$":

@@ -36,7 +36,11 @@ def _same_length(lo: int, hi: int, n: int, out: list[ByteRanges]) -> None:
 def utf8_sequences(lo: int, hi: int) -> list[ByteRanges]:
     """Byte-range sequences whose union encodes exactly the code points lo..hi (no surrogates)."""
     out: list[ByteRanges] = []
-    pieces = [(lo, min(hi, 0xD7FF)), (max(lo, 0xE000), hi)] if lo <= 0xDFFF and hi >= 0xD800 else [(lo, hi)]
+    pieces = (
+        [(lo, min(hi, 0xD7FF)), (max(lo, 0xE000), hi)]
+        if lo <= 0xDFFF and hi >= 0xD800
+        else [(lo, hi)]
+    )
     for a, b in pieces:
         start = 0
         for limit, n in _LENGTH_LIMITS:

@@ -168,7 +168,8 @@ class _NFA:
         if isinstance(node, _Repeated):
             if node.max is not None and node.max < node.min:
                 raise RegexError(
-                    f"repetition {{{node.min},{node.max}}} has its minimum above its maximum", self.pattern
+                    f"repetition {{{node.min},{node.max}}} has its minimum above its maximum",
+                    self.pattern,
                 )
             for _ in range(node.min):
                 start = self.build(node.base, start)
@@ -220,7 +221,12 @@ def _determinize(
         out = []
         for ranges, target in edges:
             for lo, hi in ranges:
-                out.append((range(bisect.bisect_left(bounds, lo), bisect.bisect_left(bounds, hi + 1)), target))
+                out.append(
+                    (
+                        range(bisect.bisect_left(bounds, lo), bisect.bisect_left(bounds, hi + 1)),
+                        target,
+                    )
+                )
         edge_atoms.append(out)
 
     closures: dict[int, frozenset[int]] = {}
@@ -312,7 +318,9 @@ def _live(trans: np.ndarray, accepting: np.ndarray) -> np.ndarray:
     return live
 
 
-def _minimize(trans: np.ndarray, accepting: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
+def _minimize(
+    trans: np.ndarray, accepting: np.ndarray, start: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Prune to reachable and live states and merge equivalent ones (Moore refinement).
 
     `trans` is (n, k) with -1 for "no transition". The result is (m, k) with state 0 dead (all
@@ -386,11 +394,15 @@ class _ByteBuilder:
         self.rows: list[list[tuple[int, int, int]]] = [[] for _ in range(n_char_states)]
         self._interned: dict[tuple, int] = {}
 
-    def edges(self, items: list[tuple[tuple[tuple[int, int], ...], int]]) -> list[tuple[int, int, int]]:
+    def edges(
+        self, items: list[tuple[tuple[tuple[int, int], ...], int]]
+    ) -> list[tuple[int, int, int]]:
         cuts = sorted({seq[0][0] for seq, _ in items} | {seq[0][1] + 1 for seq, _ in items})
         out = []
         for lo, nxt in zip(cuts, cuts[1:]):
-            covering = [(seq[1:], t) for seq, t in items if seq[0][0] <= lo and nxt - 1 <= seq[0][1]]
+            covering = [
+                (seq[1:], t) for seq, t in items if seq[0][0] <= lo and nxt - 1 <= seq[0][1]
+            ]
             if not covering:
                 continue
             if not covering[0][0]:
@@ -409,7 +421,9 @@ class _ByteBuilder:
         return state
 
 
-def _to_bytes(table: np.ndarray, accepting: np.ndarray, atoms: list[tuple[int, int]], pattern: str) -> ByteDFA:
+def _to_bytes(
+    table: np.ndarray, accepting: np.ndarray, atoms: list[tuple[int, int]], pattern: str
+) -> ByteDFA:
     """Expand a minimal character DFA (dead 0, start 1, columns = atoms) into a byte DFA."""
     builder = _ByteBuilder(len(table))
     for state in range(1, len(table)):
@@ -419,7 +433,9 @@ def _to_bytes(table: np.ndarray, accepting: np.ndarray, atoms: list[tuple[int, i
         for a in range(1, len(row) + 1):  # runs of adjacent atoms with the same live target
             if a == len(row) or row[a] != row[lo]:
                 if row[lo] != DEAD:
-                    items.extend((seq, row[lo]) for seq in _sequences(atoms[lo][0], atoms[a - 1][1]))
+                    items.extend(
+                        (seq, row[lo]) for seq in _sequences(atoms[lo][0], atoms[a - 1][1])
+                    )
                 lo = a
         builder.rows[state] = builder.edges(items)
     trans = np.zeros((len(builder.rows), 256), dtype=np.int32)
@@ -507,5 +523,7 @@ def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
         for b, t in rows[old].items():
             trans[number[old], b] = number[canonical[t]]
         acc[number[old]] = accepting[old]
-    summary = " | ".join(repr(s) for s in items[:3]) + (f" ... ({len(items)} strings)" if len(items) > 3 else "")
+    summary = " | ".join(repr(s) for s in items[:3]) + (
+        f" ... ({len(items)} strings)" if len(items) > 3 else ""
+    )
     return ByteDFA(trans, acc, 1 if items else DEAD, summary)
