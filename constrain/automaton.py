@@ -10,7 +10,9 @@ A `Matcher` never looks inside a grammar. It needs, for an opaque hashable *stat
   vocabulary trie that skips the subtree of each rejected prefix);
 * ``admits(state, language)``: every string of a regular `language` keeps the state live, so a
   whole vocabulary slice is allowed without a walk (see `constrain.slices`);
-* ``forced_bytes(state)`` / ``expected_bytes(state)``: what the grammar forces or allows next.
+* ``forced_bytes(state)`` / ``expected_bytes(state)``: what the grammar forces or allows next;
+* ``special_texts``, ``allowed_specials(state)``, ``step_special(state, text)``: special tokens
+  (``<|im_end|>``) the grammar uses as terminals, those allowed next, and reading one.
 
 `DFAAutomaton` implements it for regexes and choices; the grammar engine implements it for
 context-free grammars.
@@ -32,6 +34,7 @@ class Automaton(Protocol):
     """What a Matcher needs from a grammar: a live-state byte recognizer."""
 
     start: Hashable
+    special_texts: frozenset[str]
 
     def step(self, state: Hashable, data: bytes) -> Hashable | None: ...
 
@@ -46,6 +49,10 @@ class Automaton(Protocol):
     def forced_bytes(self, state: Hashable) -> bytes: ...
 
     def expected_bytes(self, state: Hashable) -> list[int]: ...
+
+    def allowed_specials(self, state: Hashable) -> frozenset[str]: ...
+
+    def step_special(self, state: Hashable, text: str) -> Hashable | None: ...
 
 
 class DFAAutomaton:
@@ -74,6 +81,14 @@ class DFAAutomaton:
 
     def expected_bytes(self, state: int) -> list[int]:
         return [int(b) for b in np.flatnonzero(self._table[state])]
+
+    special_texts: frozenset[str] = frozenset()  # a regex never names special tokens
+
+    def allowed_specials(self, state: int) -> frozenset[str]:
+        return frozenset()
+
+    def step_special(self, state: int, text: str) -> None:
+        return None
 
     def admits(self, state: int, language: ByteDFA) -> bool:
         key = (state, language)

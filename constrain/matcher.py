@@ -23,7 +23,7 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from constrain.errors import InvalidTokenError, VocabularyError
+from constrain.errors import GrammarError, InvalidTokenError, VocabularyError
 from constrain.grammar import Grammar
 from constrain.slices import slices_of
 from constrain.vocab import Vocabulary
@@ -52,6 +52,10 @@ class Constraint:
         self._masks: OrderedDict[Hashable, np.ndarray] = OrderedDict()  # least recently used first
         self._eos = frozenset(vocab.eos_ids)
         self._eos_array = np.array(vocab.eos_ids, dtype=np.int64)
+        self._special_ids = {
+            text: _special_id(vocab, text) for text in self.automaton.special_texts
+        }
+        self._special_texts = {i: text for text, i in self._special_ids.items()}
 
     def start(self) -> Matcher:
         """A fresh Matcher at the start of the text."""
@@ -74,6 +78,8 @@ class Constraint:
             if whole:
                 mask[part.tokens] = True
         mask[self.automaton.token_ids(state, slices.trie_without(admitted))] = True
+        for text in self.automaton.allowed_specials(state):
+            mask[self._special_ids[text]] = True
         accepting = self.automaton.accepting(state)
         if accepting:
             mask[self._eos_array] = True
@@ -88,6 +94,14 @@ class Constraint:
         while len(self._masks) * mask.nbytes > self.max_cache_bytes and len(self._masks) > 1:
             self._masks.popitem(last=False)
         return mask
+
+    def _step(self, state: Hashable, token: int) -> Hashable | None:
+        """The state after a text or special token (not EOS), or None if it is not allowed."""
+        special = self._special_texts.get(token)
+        if special is not None:
+            return self.automaton.step_special(state, special)
+        data = self.vocab.token_bytes(token)
+        return self.automaton.step(state, data) if data else None
 
     @property
     def cached_states(self) -> int:
@@ -139,8 +153,7 @@ class Matcher:
         mask = c._masks.get(state)
         if mask is not None:
             return 0 <= token < len(mask) and bool(mask[token])
-        data = c.vocab.token_bytes(token)
-        return bool(data) and c.automaton.step(state, data) is not None
+        return c._step(state, token) is not None
 
     def accepting(self) -> bool:
         """EOS is allowed now: the text so far is in the language."""
@@ -201,8 +214,7 @@ class Matcher:
                     self._states.append(_FINISHED)
                     return
             else:
-                data = c.vocab.token_bytes(token)
-                nxt = c.automaton.step(state, data) if data else None
+                nxt = c._step(state, token)
                 if nxt is not None:
                     self._states.append(nxt)
                     return
@@ -236,6 +248,11 @@ class Matcher:
             return f"token {token} {where}: the sequence already ended with EOS"
         if token in c._eos:
             return f"EOS {where}: the text so far is not complete in the grammar"
+        if token in c._special_texts:
+            return f"special token {c._special_texts[token]} {where}: the grammar does not expect it here"
+        special = next((text for text, i in c.vocab.special_ids.items() if i == token), None)
+        if special is not None:
+            return f"special token {special} {where}: the grammar does not use it"
         data = c.vocab.token_bytes(token)
         if data is None:
             return f"token {token} {where}: a special or padding token carries no text"
@@ -244,6 +261,20 @@ class Matcher:
 
     def __repr__(self) -> str:
         return f"Matcher(n_tokens={self.n_tokens}, accepting={self.accepting()})"
+
+
+def _special_id(vocab: Vocabulary, text: str) -> int:
+    token = vocab.special_ids.get(text)
+    if token is None:
+        raise GrammarError(
+            f"the grammar uses the special token {text!r}, which this vocabulary does not have"
+        )
+    if token in vocab.eos_ids:
+        raise GrammarError(
+            f"the grammar uses the special token {text!r}, which is an EOS id of this vocabulary; "
+            f"drop it from the grammar: EOS is allowed wherever the grammar's text is complete"
+        )
+    return token
 
 
 def _tokenize(vocab: Vocabulary, data: bytes) -> list[int]:

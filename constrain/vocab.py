@@ -20,7 +20,7 @@ children CSR lets the mask computation expand a whole trie level at once with nu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -92,6 +92,8 @@ class Vocabulary:
         size: the model's logits dimension (>= len(token_bytes)); extra ids are padding and
             never allowed.
         tokenizer: the Hugging Face tokenizer, used by `encode` / `decode_text`.
+        special_ids: special token text (``<|im_end|>``) -> id, for grammars that use special
+            tokens as terminals.
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class Vocabulary:
         size: int | None = None,
         tokenizer=None,
         name: str = "",
+        special_ids: Mapping[str, int] | None = None,
     ):
         self._bytes: list[bytes | None] = list(token_bytes)
         self.size: int = max(size or 0, len(self._bytes))
@@ -116,6 +119,7 @@ class Vocabulary:
                 self._bytes[i] = None
         self.tokenizer = tokenizer
         self.name = name
+        self.special_ids: dict[str, int] = dict(special_ids or {})
 
     @classmethod
     def from_tokenizer(
@@ -146,7 +150,10 @@ class Vocabulary:
         if eos_ids is None:
             eos_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         name = getattr(tokenizer, "name_or_path", "") or ""
-        return cls(out, eos_ids, size=size, tokenizer=tokenizer, name=str(name))
+        special_ids = {pieces[i]: i for i in sorted(special) if 0 <= i < n and pieces[i]}
+        return cls(
+            out, eos_ids, size=size, tokenizer=tokenizer, name=str(name), special_ids=special_ids
+        )
 
     # -- lookups ------------------------------------------------------------------------------
 

@@ -242,9 +242,49 @@ def test_rollback_and_fork_follow_the_parse(smollm_vocab: Vocabulary):
     assert m.accepting() and m.state == twin.state  # interned parser states: the same node
 
 
-def test_special_token_terminals_are_refused_until_supported():
-    with pytest.raises(GrammarError, match="special-token terminals"):
-        cn.Grammar.from_lark('start: "a" EOT\n%declare EOT\n', special_tokens={"EOT": "<|im_end|>"})
+def _special_vocab() -> Vocabulary:
+    pieces = [b"a", b"b", b"ab", b" ", b"a b", None, None, None]
+    return Vocabulary(pieces, eos_ids=[7], special_ids={"<|sep|>": 5, "<|other|>": 6})
+
+
+def test_special_token_terminals_end_the_lexeme_in_progress():
+    grammar = cn.Grammar.from_lark(
+        'start: NAME SEP NAME\nNAME: /[ab]+/\nWS: " "\n%ignore WS\n%declare SEP\n',
+        special_tokens={"SEP": "<|sep|>"},
+    )
+    vocab = _special_vocab()
+    m = cn.Constraint(grammar, vocab).start()
+    assert not m.check(5) and not m.mask()[5]  # NAME must come first
+    m.advance(2)  # "ab": NAME in progress; the special token may end it, or NAME goes on
+    assert np.flatnonzero(m.mask()).tolist() == [0, 1, 2, 3, 5]  # not "a b": NAME NAME
+    twin = m.fork()
+    m.advance(5)
+    assert not m.accepting() and not m.check(5) and not m.check(6)
+    m.advance_many([3, 0])
+    assert m.accepting() and m.check(7)
+    twin.advance_many([3, 5, 1, 7])  # ignored whitespace before the special token
+    assert twin.finished()
+    with pytest.raises(cn.InvalidTokenError, match="special token <\\|other\\|>"):
+        twin.rollback(4)
+        twin.advance(6)
+
+
+def test_special_tokens_must_exist_and_not_be_eos(smollm_vocab: Vocabulary):
+    text = 'start: "yes" TURN "no"\n%declare TURN\n'
+    grammar = cn.Grammar.from_lark(text, special_tokens={"TURN": "<|im_start|>"})
+    m = cn.Constraint(grammar, smollm_vocab).start()
+    m.advance_many(smollm_vocab.encode("yes"))
+    start_id = smollm_vocab.special_ids["<|im_start|>"]
+    assert np.flatnonzero(m.mask()).tolist() == [start_id]
+    m.advance(start_id)
+    m.advance_many(smollm_vocab.encode("no"))
+    assert m.accepting()
+    with pytest.raises(GrammarError, match="is an EOS id"):
+        cn.Constraint(
+            cn.Grammar.from_lark(text, special_tokens={"TURN": "<|im_end|>"}), smollm_vocab
+        )
+    with pytest.raises(GrammarError, match="does not have"):
+        cn.Constraint(cn.Grammar.from_lark(text, special_tokens={"TURN": "<|nope|>"}), smollm_vocab)
 
 
 def test_bounded_and_unbounded_repetition_in_the_ir():
@@ -268,3 +308,21 @@ def test_bounded_and_unbounded_repetition_in_the_ir():
     )
     with pytest.raises(GrammarError, match="minimum 3 above maximum 1"):
         repeat([], "bad", ["A"], 3, 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "trapped"),
+    [
+        ("start: NAME NAME\nNAME: /[a-z]+/\n", "NAME"),
+        ('start: NUMBER unit\nunit: NUMBER | "kg"\nNUMBER: /[0-9a-z]+/\n', "NUMBER"),
+        ('start: NAME NAME\nNAME: /[a-z]+/\nWS: " "\n%ignore WS\n', None),  # whitespace splits them
+        ('start: NAME ("," NAME)*\nNAME: /[a-z]+/\n', None),
+        ("start: NAME NUMBER\nNAME: /[a-z]+/\nNUMBER: /[0-9]+/\n", None),
+    ],
+)
+def test_terminals_that_longest_match_never_ends_are_rejected(text, trapped):
+    if trapped is None:
+        cn.Grammar.from_lark(text).automaton  # noqa: B018
+    else:
+        with pytest.raises(GrammarError, match=f"terminal {trapped} can never end"):
+            cn.Grammar.from_lark(text).automaton  # noqa: B018

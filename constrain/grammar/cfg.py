@@ -6,6 +6,9 @@ ignored ones) inside the lexeme in progress; ``s == 0`` means no lexeme has star
 very beginning). Both parts are hashable and position-free, so states recur across positions and
 sequences and every cache below keys on them.
 
+Special-token terminals (``<|im_end|>``) match no bytes: the token itself ends the lexeme in
+progress and is scanned by the parser (`step_special`), leaving no lexeme in progress.
+
 Reading a byte b (`step`): if the lexer can consume b it does (longest match: a lexeme never
 ends while it or another allowed lexeme can go on); otherwise the lexeme ends with the tag of
 ``s`` (the lexemes matching there), the parser scans it (or skips it when it is ignored and not
@@ -15,8 +18,8 @@ token and a token may span several lexemes.
 Liveness. Lexer states are live (some allowed lexeme can complete), nodes only hold
 completable items (rules are productive), so a state is reachable only if the text can still be
 completed: masks are sound without lookahead. (A grammar can still be written so that longest
-match never lets a lexeme end, e.g. ``NAME NAME`` with no separator; `lint_adjacency` reports it
-at compile time.)
+match never lets a lexeme end, e.g. ``NAME NAME`` with no separator; `check_lexeme_ends` reports
+it at compile time.)
 
 Masks (`token_ids`). A walk of the vocabulary trie from ``(node, s)``, split into *pieces*: a
 piece walks inside one lexer from a frontier of trie nodes, level by level with numpy, and
@@ -32,10 +35,10 @@ import weakref
 
 import numpy as np
 
-from constrain.errors import GrammarError
 from constrain.grammar.earley import ChartNode, EarleyParser
 from constrain.grammar.ir import GrammarIR
 from constrain.grammar.lexer import LexerDFA
+from constrain.grammar.lint import check_lexeme_ends
 from constrain.regex import ByteDFA
 from constrain.slices import admits
 from constrain.vocab import TokenTrie
@@ -58,11 +61,7 @@ class CFGAutomaton:
     """A validated `GrammarIR` as an `Automaton` (see the module docstring)."""
 
     def __init__(self, ir: GrammarIR):
-        specials = [lx.name for lx in ir.lexemes.values() if lx.special is not None]
-        if specials:
-            raise GrammarError(
-                f"special-token terminals ({', '.join(specials)}) are not supported by the matcher yet"
-            )
+        check_lexeme_ends(ir)
         self.ir = ir
         self.lexeme_table = list(ir.lexemes.values())
         self.lexeme_ids = {lx.name: i for i, lx in enumerate(self.lexeme_table)}
@@ -70,6 +69,7 @@ class CFGAutomaton:
         self.specials = frozenset(
             i for i, lx in enumerate(self.lexeme_table) if lx.special is not None
         )
+        self.special_texts = frozenset(self.lexeme_table[i].special for i in self.specials)
         self.parser = EarleyParser(ir, self.lexeme_ids)
         self._lexers: dict[frozenset[int], LexerDFA] = {}
         self._pieces: weakref.WeakKeyDictionary[TokenTrie, dict] = weakref.WeakKeyDictionary()
@@ -133,6 +133,23 @@ class CFGAutomaton:
         lexer = self._lexer(node)
         tag = lexer.tag[s]
         return self._end(node, lexer.tag_sets[tag]) if tag else None
+
+    def allowed_specials(self, state: tuple) -> frozenset[str]:
+        after = self._after_lexeme(state)
+        if after is None or not self.specials:
+            return frozenset()
+        return frozenset(self.lexeme_table[i].special for i in after.expected & self.specials)
+
+    def step_special(self, state: tuple, text: str) -> tuple | None:
+        """The state after the special token `text`: the lexeme in progress ends, then the
+        special terminal is scanned and no lexeme is in progress."""
+        after = self._after_lexeme(state)
+        if after is None:
+            return None
+        scanned = frozenset(
+            i for i in after.expected & self.specials if self.lexeme_table[i].special == text
+        )
+        return (self.parser.scan(after, scanned), _FRESH) if scanned else None
 
     def accepting(self, state: tuple) -> bool:
         after = self._after_lexeme(state)

@@ -1,0 +1,100 @@
+"""Compile-time detection of terminals that longest-match lexing can never end.
+
+Under longest match a lexeme ends only at a byte no allowed lexeme can consume. If terminal A is
+always followed by terminals whose first bytes A itself can consume at every point where A could
+end (``NAME NAME`` without a separator: the second NAME's letters extend the first), then once A
+has started the text can never be completed, yet every byte keeps the lexer alive: a sampler
+would run to its token limit. `check_lexeme_ends` rejects such grammars.
+
+The check looks at every occurrence of a terminal in a rule: what may follow it there is the
+FIRST set of the rest of the rule, plus the FOLLOW set of the rule when the rest is nullable,
+plus the ignored terminals. A trap that exists only through a particular chain of rules whose
+FOLLOW set also holds a harmless terminal is not detected (FOLLOW sets merge contexts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from constrain.errors import GrammarError
+from constrain.grammar.ir import GrammarIR
+
+__all__ = ["check_lexeme_ends"]
+
+_END = "$end"
+
+
+def _first_follow(ir: GrammarIR) -> tuple[dict[str, set[str]], set[str], dict[str, set[str]]]:
+    """FIRST sets, nullable symbols and FOLLOW sets (`_END`: the text may end there)."""
+    nullable: set[str] = set()
+    first: dict[str, set[str]] = {t: {t} for t in ir.lexemes}
+    for rule in ir.rules:
+        first.setdefault(rule.lhs, set())
+    changed = True
+    while changed:
+        changed = False
+        for rule in ir.rules:
+            for sym in rule.rhs:
+                if not first[sym] <= first[rule.lhs]:
+                    first[rule.lhs] |= first[sym]
+                    changed = True
+                if sym not in nullable:
+                    break
+            else:
+                if rule.lhs not in nullable:
+                    nullable.add(rule.lhs)
+                    changed = True
+    follow: dict[str, set[str]] = {sym: set() for sym in first}
+    follow[ir.start].add(_END)
+    changed = True
+    while changed:
+        changed = False
+        for rule in ir.rules:
+            trailer = set(follow[rule.lhs])
+            for sym in reversed(rule.rhs):
+                if not trailer <= follow[sym]:
+                    follow[sym] |= trailer
+                    changed = True
+                trailer = (trailer | first[sym]) if sym in nullable else set(first[sym])
+    return first, nullable, follow
+
+
+def check_lexeme_ends(ir: GrammarIR) -> None:
+    """Raise GrammarError naming a terminal that longest-match lexing can never end."""
+    first, nullable, follow = _first_follow(ir)
+    checked: set[tuple[str, frozenset[str]]] = set()
+    for rule in ir.rules:
+        for i, name in enumerate(rule.rhs):
+            if name not in ir.lexemes:
+                continue
+            after = set(ir.ignore)  # what may come right after this occurrence
+            for sym in rule.rhs[i + 1 :]:
+                after |= first[sym]
+                if sym not in nullable:
+                    break
+            else:
+                after |= follow[rule.lhs]
+            key = (name, frozenset(after))
+            if key not in checked:
+                checked.add(key)
+                _check_occurrence(ir, name, after)
+
+
+def _check_occurrence(ir: GrammarIR, name: str, after: set[str]) -> None:
+    lexeme = ir.lexemes[name]
+    if lexeme.special is not None or _END in after or not after:
+        return
+    if any(ir.lexemes[b].special is not None for b in after):
+        return
+    at_ends = lexeme.dfa.transitions[lexeme.dfa.accepting]  # rows where the lexeme could end
+    if all(at_ends[:, _first_bytes(ir.lexemes[b].dfa)].all() for b in after):
+        nxt = ", ".join(sorted(after))
+        raise GrammarError(
+            f"terminal {name} can never end: everything that may follow it ({nxt}) starts with a "
+            f"character {name} itself can consume, so longest-match lexing never splits them; add "
+            f"a separator or an %ignore'd whitespace terminal between them"
+        )
+
+
+def _first_bytes(dfa) -> np.ndarray:
+    return np.flatnonzero(dfa.transitions[dfa.start])
