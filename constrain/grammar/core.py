@@ -94,6 +94,29 @@ class Grammar:
         return cls.from_ir(ir, kind="lark", source=source)
 
     @classmethod
+    def from_json_schema(
+        cls,
+        schema,
+        *,
+        whitespace: str | None = "compact",
+        lenient: bool = False,
+    ) -> Grammar:
+        """The JSON documents valid under `schema` (a dict, a bool or JSON text).
+
+        Args:
+            whitespace: "compact", "default" (bounded, admits `json.dumps` output) or a regex.
+            lenient: drop what cannot be expressed, with a warning, instead of raising.
+
+        Raises:
+            UnsupportedSchemaError: a keyword that cannot be expressed exactly, named with its
+                JSON pointer (strict mode).
+        """
+        from constrain.jsonschema import compile_schema
+
+        ir = compile_schema(schema, whitespace=whitespace, lenient=lenient)
+        return cls.from_ir(ir, kind="json_schema")
+
+    @classmethod
     def from_ir(cls, ir: GrammarIR, *, kind: str = "ir", source: str | None = None) -> Grammar:
         """A grammar from the IR (the target of every front end); validated here."""
         ir = ir.validated()

@@ -46,9 +46,12 @@ class Lexeme:
     ignore_case: bool = False  # for ASCII literals: match any case
     priority: int = 0
     special: str | None = None
+    automaton: ByteDFA | None = field(default=None, compare=False, repr=False)  # prebuilt DFA
 
     @cached_property
     def dfa(self) -> ByteDFA:
+        if self.automaton is not None:
+            return self.automaton
         if self.special is not None:
             raise GrammarError(f"special-token terminal {self.name} has no byte automaton")
         try:

@@ -14,9 +14,17 @@ completable. Limits on states and compile time are explicit and raise `RegexErro
 from constrain.regex.dfa import (
     DEAD,
     ByteDFA,
+    combine,
     compile_regex,
     dfa_from_byte_classes,
     dfa_from_strings,
 )
 
-__all__ = ["DEAD", "ByteDFA", "compile_regex", "dfa_from_byte_classes", "dfa_from_strings"]
+__all__ = [
+    "DEAD",
+    "ByteDFA",
+    "combine",
+    "compile_regex",
+    "dfa_from_byte_classes",
+    "dfa_from_strings",
+]

@@ -478,6 +478,48 @@ def compile_regex(pattern: str, *, max_states: int = 100_000, timeout: float = 1
     return _to_bytes(table, acc, atoms, pattern)
 
 
+def combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, max_states: int = 100_000) -> ByteDFA:
+    """The minimal DFA of ``a & b`` (op "and") or ``a - b`` (op "minus"): a product search.
+
+    Raises:
+        RegexError: the product exceeds `max_states` states.
+    """
+    if op not in ("and", "minus"):
+        raise ValueError(f"unknown operation {op!r}")
+    width = b.n_states
+    index = {(a.start, b.start): 0}
+    pairs = [(a.start, b.start)]
+    rows = []
+    while len(rows) < len(pairs):
+        p, q = pairs[len(rows)]
+        keys = a.transitions[p].astype(np.int64) * width + b.transitions[q]
+        distinct, inverse = np.unique(keys, return_inverse=True)
+        targets = []
+        for key in distinct.tolist():
+            x, y = divmod(key, width)
+            if x == DEAD or (op == "and" and y == DEAD):
+                targets.append(-1)
+                continue
+            state = index.get((x, y))
+            if state is None:
+                if len(pairs) >= max_states:
+                    raise RegexError(
+                        f"combining /{a.pattern}/ and /{b.pattern}/ exceeds {max_states} states"
+                    )
+                state = index[(x, y)] = len(pairs)
+                pairs.append((x, y))
+            targets.append(state)
+        rows.append(np.array(targets, dtype=np.int64)[inverse.ravel()])
+    accepting = np.array(
+        [
+            a.accepting[x] and (b.accepting[y] if op == "and" else not b.accepting[y])
+            for x, y in pairs
+        ]
+    )
+    table, acc = _minimize(np.stack(rows), accepting, 0)
+    return ByteDFA(table, acc, 1 if len(table) > 1 else DEAD, pattern)
+
+
 def dfa_from_byte_classes(classes: Sequence[Iterable[int]], pattern: str) -> ByteDFA:
     """The minimal DFA of the strings whose i-th byte is in ``classes[i]`` (a chain of states;
     e.g. an ASCII keyword matched in any case)."""

@@ -1,0 +1,5 @@
+"""JSON Schema -> grammar IR (see `constrain.jsonschema.compiler`)."""
+
+from constrain.jsonschema.compiler import WHITESPACE, compile_schema
+
+__all__ = ["WHITESPACE", "compile_schema"]
