@@ -98,17 +98,4 @@ class DFAAutomaton:
         return found
 
     def token_ids(self, state: int, trie: TokenTrie) -> np.ndarray:
-        """Walk the trie level by level; each level is one vectorised DFA step for all live prefixes."""
-        table = self._table
-        nodes = trie.children[trie.child_start[0] : trie.child_start[1]]
-        states = table[state, trie.byte[nodes]]
-        found: list[np.ndarray] = []
-        while True:
-            live = states != 0
-            nodes, states = nodes[live], states[live]
-            if len(nodes) == 0:
-                break
-            found.append(trie.tokens_at(nodes))
-            nodes, owner = trie.expand(nodes)
-            states = table[states[owner], trie.byte[nodes]]
-        return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+        return trie.tokens_read_by(self._table, state)

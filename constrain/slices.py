@@ -55,7 +55,9 @@ class VocabularySlices:
         slices = []
         for k, pattern in enumerate(patterns):
             language = compile_regex(pattern)
-            matched = _matching_tokens(language, vocab.trie)
+            matched = vocab.trie.tokens_read_by(
+                language.transitions, language.start, language.accepting
+            )
             matched = matched[self._owner[matched] < 0]
             self._owner[matched] = k
             slices.append(Slice(pattern, language, np.sort(matched)))
@@ -70,23 +72,6 @@ class VocabularySlices:
             part = [b if keep[i] else None for i, b in enumerate(self._token_bytes)]
             trie = self._tries[admitted] = TokenTrie.build(part)
         return trie
-
-
-def _matching_tokens(language: ByteDFA, trie: TokenTrie) -> np.ndarray:
-    """Ids of the tokens whose bytes are, in full, a string of `language` (a trie walk)."""
-    table, accepting = language.transitions, language.accepting
-    nodes = trie.children[trie.child_start[0] : trie.child_start[1]]
-    states = table[language.start, trie.byte[nodes]]
-    found = []
-    while True:
-        live = states != 0
-        nodes, states = nodes[live], states[live]
-        if not len(nodes):
-            break
-        found.append(trie.tokens_at(nodes[accepting[states]]))
-        nodes, owner = trie.expand(nodes)
-        states = table[states[owner], trie.byte[nodes]]
-    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
 def admits(table: np.ndarray, state: int, language: ByteDFA) -> bool:

@@ -313,6 +313,25 @@ class TokenTrie:
         offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
         return self.tokens[np.repeat(starts, counts) + offsets]
 
+    def tokens_read_by(
+        self, table: np.ndarray, state: int, accepting: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Ids of the tokens whose bytes lead a byte DFA (transition `table`, state 0 dead) from
+        `state` to a live state, or to an `accepting` one when given: a level-by-level walk
+        that never enters the subtree of a rejected prefix."""
+        nodes = self.children[self.child_start[0] : self.child_start[1]]
+        states = table[state, self.byte[nodes]]
+        found: list[np.ndarray] = []
+        while True:
+            live = states != 0
+            nodes, states = nodes[live], states[live]
+            if len(nodes) == 0:
+                break
+            found.append(self.tokens_at(nodes if accepting is None else nodes[accepting[states]]))
+            nodes, owner = self.expand(nodes)
+            states = table[states[owner], self.byte[nodes]]
+        return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
     def node_of(self, data: bytes) -> int:
         """The node for prefix `data`, or -1 if no token starts with it."""
         node = 0

@@ -202,7 +202,7 @@ class CFGAutomaton:
         single = lexer.single[s]
         if single is not None:  # share the pieces of every lexer where only this lexeme is left
             lexer = self._lexer_of(frozenset((single[0],)))
-            s = lexer.index[(single[1],)]
+            s = lexer.state_of((single[1],))
         root_key = ("root", lexer.uid, s)
         found: list[np.ndarray] = []
         stack = [

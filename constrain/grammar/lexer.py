@@ -57,7 +57,8 @@ class LexerDFA:
         for state in np.flatnonzero(alive.sum(axis=1) == 1).tolist():
             j = int(np.argmax(alive[state]))
             self.single[state] = (ids[j], int(combos[state, j]))
-        self.index = {tuple(c): i for i, c in enumerate(combos.tolist()) if i}
+        self._combos = combos
+        self._index: dict[tuple[int, ...], int] | None = None
         self.start = 1
         self._rows: list[list[int] | None] = [None] * len(self.transitions)
 
@@ -74,8 +75,7 @@ class LexerDFA:
             else None
         )
         start = np.array([[d.start for d in dfas]], dtype=np.int32)
-        start_key = _keys(start, radix)[0]
-        index: dict = {int(start_key) if radix is not None else tuple(start_key.tolist()): 1}
+        index: dict = {_keys(start, radix)[0]: 1}
         combos = [np.zeros((1, k), dtype=np.int32), start]
         rows = [np.zeros((1, 256), dtype=np.int32)]
         frontier, n_states = start, 2
@@ -84,15 +84,13 @@ class LexerDFA:
                 [d.transitions[frontier[:, j]] for j, d in enumerate(dfas)], axis=2
             )  # (F, 256, k)
             flat = nexts.reshape(-1, k)
-            keys = _keys(flat, radix)
-            distinct, first, inverse = np.unique(
-                keys, return_index=True, return_inverse=True, axis=0
+            _, first, inverse = np.unique(
+                _sortable(flat, radix), return_index=True, return_inverse=True, axis=0
             )
+            distinct = _keys(flat[first], radix)
             targets = np.zeros(len(distinct), dtype=np.int32)
             fresh = []
-            for j, key in enumerate(
-                distinct.tolist() if radix is not None else map(tuple, distinct.tolist())
-            ):
+            for j, key in enumerate(distinct):
                 combo = flat[first[j]]
                 if not combo.any():
                     continue
@@ -112,6 +110,12 @@ class LexerDFA:
         self.transitions = np.concatenate(rows).astype(np.int32)
         return np.concatenate(combos)
 
+    def state_of(self, combo: tuple[int, ...]) -> int:
+        """The product state whose components are `combo` (e.g. a single lexeme's DFA state)."""
+        if self._index is None:
+            self._index = {tuple(c): i for i, c in enumerate(self._combos.tolist()) if i}
+        return self._index[combo]
+
     def row(self, state: int) -> list[int]:
         """The transitions of `state` as a Python list (cached: the byte walk's hot path)."""
         row = self._rows[state]
@@ -126,6 +130,15 @@ class LexerDFA:
         return f"LexerDFA(lexemes={sorted(self.lexemes)}, states={len(self.transitions)})"
 
 
-def _keys(combos: np.ndarray, radix: np.ndarray | None) -> np.ndarray:
+def _sortable(combos: np.ndarray, radix: np.ndarray | None) -> np.ndarray:
     """One sortable key per product state: the components in mixed radix, or the rows themselves."""
     return combos.astype(np.int64) @ radix if radix is not None else combos
+
+
+def _keys(combos: np.ndarray, radix: np.ndarray | None) -> list:
+    """Hashable keys of product states (ints in mixed radix, or tuples)."""
+    return (
+        _sortable(combos, radix).tolist()
+        if radix is not None
+        else list(map(tuple, combos.tolist()))
+    )

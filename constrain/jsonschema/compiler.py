@@ -52,11 +52,6 @@ _ANNOTATIONS = {
     "writeOnly", "deprecated", "$anchor", "contentEncoding", "contentMediaType", "$vocabulary",
 }  # fmt: skip
 _TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
-_STRING_KEYS = {"minLength", "maxLength", "pattern", "format"}
-_NUMBER_KEYS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
-_ARRAY_KEYS = {"items", "prefixItems", "additionalItems", "minItems", "maxItems"}
-_OBJECT_KEYS = {"properties", "required", "additionalProperties", "minProperties"}
-_SHARED_KEYS = {"type", "enum", "const", "anyOf", "allOf", "$ref", "$defs", "definitions"}
 # validation keywords not supported yet (anything else unknown is an annotation, as the spec says)
 _NOT_YET = {
     "multipleOf", "patternProperties", "propertyNames", "maxProperties", "dependentRequired",
@@ -93,14 +88,6 @@ class _Compiler:
         name = "L_" + re.sub(r"\W", lambda m: f"x{ord(m.group()):x}", text)
         if name not in self.lexemes:
             self.lexemes[name] = Lexeme(name, text, literal=True)
-        return name
-
-    def regex_lexeme(self, hint: str, pattern: str, pointer: str, keyword: str) -> str:
-        name = f"R{len(self.lexemes)}_{hint}"
-        try:
-            self.lexemes[name] = Lexeme(name, pattern, automaton=compile_regex(pattern))
-        except RegexError as exc:
-            raise UnsupportedSchemaError(f"cannot compile: {exc}", keyword, pointer) from None
         return name
 
     def dfa_lexeme(self, hint: str, dfa: ByteDFA) -> str:
@@ -256,7 +243,7 @@ class _Compiler:
     def type_integer(self, schema: Mapping, pointer: str) -> str:
         lo, hi = self.bounds(schema, pointer)
         pattern = integer_range_regex(lo, hi)
-        return None if pattern is None else self.regex_lexeme("int", pattern, pointer, "minimum")
+        return None if pattern is None else self.dfa_lexeme("int", compile_regex(pattern))
 
     def type_number(self, schema: Mapping, pointer: str) -> str:
         lo, lo_strict, hi, hi_strict = self.number_bounds(schema, pointer)
