@@ -167,9 +167,12 @@ def test_acceptance_agrees_with_jsonschema(schema, whitespace, smollm_vocab):
     accepted_valid = 0
     for value in INSTANCES:
         valid = validator.is_valid(value)
-        texts = [json.dumps(value, separators=(",", ":"))]
+        texts = [json.dumps(value, separators=(",", ":"), ensure_ascii=False)]
         if whitespace == "default":
-            texts += [json.dumps(value), json.dumps(value, indent=2)]
+            texts += [
+                json.dumps(value, ensure_ascii=False),
+                json.dumps(value, indent=2, ensure_ascii=False),
+            ]
         for text in texts:
             accepted = _accepts(constraint, text)
             assert not (accepted and not valid), f"invalid instance accepted: {text}"

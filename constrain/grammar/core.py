@@ -99,12 +99,20 @@ class Grammar:
         schema,
         *,
         whitespace: str | None = "compact",
+        indent: int = 2,
+        any_order: bool = False,
         lenient: bool = False,
     ) -> Grammar:
         """The JSON documents valid under `schema` (a dict, a bool or JSON text).
 
+        Strings are written in one encoding: characters raw (UTF-8), escapes only where JSON
+        requires them (``\\"``, ``\\\\``, control characters), as ``json.dumps(...,
+        ensure_ascii=False)`` writes them. Numbers are written without an exponent.
+
         Args:
-            whitespace: "compact", "default" (bounded, admits `json.dumps` output) or a regex.
+            whitespace: "compact", "default" (bounded, admits `json.dumps` output), "pretty"
+                (exactly ``json.dumps(value, indent=indent)``) or a regex.
+            any_order: object members in any order (default: schema order, then extra keys).
             lenient: drop what cannot be expressed, with a warning, instead of raising.
 
         Raises:
@@ -113,7 +121,9 @@ class Grammar:
         """
         from constrain.jsonschema import compile_schema
 
-        ir = compile_schema(schema, whitespace=whitespace, lenient=lenient)
+        ir = compile_schema(
+            schema, whitespace=whitespace, indent=indent, any_order=any_order, lenient=lenient
+        )
         return cls.from_ir(ir, kind="json_schema")
 
     @classmethod

@@ -18,6 +18,8 @@ from constrain.regex.dfa import (
     compile_regex,
     dfa_from_byte_classes,
     dfa_from_strings,
+    dfa_from_table,
+    quoted,
 )
 
 __all__ = [
@@ -27,4 +29,6 @@ __all__ = [
     "compile_regex",
     "dfa_from_byte_classes",
     "dfa_from_strings",
+    "dfa_from_table",
+    "quoted",
 ]

@@ -36,8 +36,24 @@ def _read_hex(pattern: str, start: int, n: int) -> int | None:
     return None
 
 
-def prepare(pattern: str) -> str:
+# ECMA-262 meanings that differ from interegular's (which follows Python's ASCII-ish classes)
+_ECMA_SPACE = (
+    " \t\n\x0b\x0c\r\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+_ECMA_LINE_END = "\n\r\u2028\u2029"
+
+
+def _class_of(chars: str, negated: bool = False) -> str:
+    body = "".join(_escape_char(c, True) for c in chars)
+    return f"[{'^' if negated else ''}{body}]"
+
+
+def prepare(pattern: str, ecma: bool = False) -> str:
     """Check `pattern` for unsupported constructs and rewrite it for interegular.
+
+    With `ecma`, ``.``, ``\\s`` and ``\\S`` get their ECMA-262 meanings (``.`` excludes every
+    line terminator, ``\\s`` includes the Unicode spaces).
 
     Raises:
         RegexError: naming the construct and its position.
@@ -85,6 +101,13 @@ def prepare(pattern: str) -> str:
                         )
                     i += 2
                     continue
+            if ecma and e in "sS":
+                if in_class and e == "S":
+                    raise RegexError("\\S inside a character class is not supported", pattern, i)
+                spaces = "".join(_escape_char(c, True) for c in _ECMA_SPACE)
+                out.append(spaces if in_class else _class_of(_ECMA_SPACE, e == "S"))
+                i += 2
+                continue
             if e in "pPN":
                 raise RegexError(f"Unicode property escape \\{e} is not supported", pattern, i)
             if e == "x" and _read_hex(pattern, i + 2, 2) is not None:
@@ -126,6 +149,10 @@ def prepare(pattern: str) -> str:
                 raise RegexError("atomic group (?>...) is not supported", pattern, i)
             if ext[:1] and ext[0] in "aiLmsux-":
                 raise RegexError(f"inline flags (?{ext[0]}...) are not supported", pattern, i)
+        elif c == "." and ecma:
+            out.append(_class_of(_ECMA_LINE_END, negated=True))
+            i += 1
+            continue
         elif c == "^":
             if i != 0:
                 raise RegexError(
@@ -145,9 +172,9 @@ def prepare(pattern: str) -> str:
     return "".join(out)
 
 
-def parse(pattern: str) -> Pattern:
+def parse(pattern: str, ecma: bool = False) -> Pattern:
     """Parse `pattern` into interegular's syntax tree (after `prepare`)."""
-    text = prepare(pattern)
+    text = prepare(pattern, ecma)
     parser = _ParsePattern(text)
     try:
         tree = SimpleParser.parse(parser)

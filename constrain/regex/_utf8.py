@@ -33,6 +33,34 @@ def _same_length(lo: int, hi: int, n: int, out: list[ByteRanges]) -> None:
     out.append(tuple((a[k], b[k]) for k in range(n)))
 
 
+_SHORT_ESCAPES = {0x08: "b", 0x09: "t", 0x0A: "n", 0x0C: "f", 0x0D: "r", 0x22: '"', 0x5C: "\\"}
+
+
+def _json_escapes(cp: int) -> list[ByteRanges]:
+    """The escaped form of a character JSON may not write raw (``\\n``, or ``\\u001f`` in
+    lower case, as `json.dumps` writes it): one form per character keeps languages exact."""
+    text = "\\" + _SHORT_ESCAPES[cp] if cp in _SHORT_ESCAPES else f"\\u{cp:04x}"
+    return [tuple((b, b) for b in text.encode())]
+
+
+def json_sequences(lo: int, hi: int) -> list[ByteRanges]:
+    """Like `utf8_sequences`, for characters inside a JSON string: control characters, ``"``
+    and ``\\`` become their escapes (the short form where JSON has one, else ``\\u00XX``),
+    every other character is written raw. This is the one encoding of a string the JSON Schema
+    compiler admits, so languages built from it stay exact under intersection and difference."""
+    out: list[ByteRanges] = []
+    start = lo
+    for cp in range(lo, min(hi, 0x5C) + 1):
+        if cp < 0x20 or cp in (0x22, 0x5C):
+            if start < cp:
+                out.extend(utf8_sequences(start, cp - 1))
+            out.extend(_json_escapes(cp))
+            start = cp + 1
+    if start <= hi:
+        out.extend(utf8_sequences(start, hi))
+    return out
+
+
 def utf8_sequences(lo: int, hi: int) -> list[ByteRanges]:
     """Byte-range sequences whose union encodes exactly the code points lo..hi (no surrogates)."""
     out: list[ByteRanges] = []

@@ -22,7 +22,7 @@ from interegular.patterns import Pattern, _CharGroup, _Concatenation, _Repeated
 
 from constrain.errors import RegexError
 from constrain.regex._syntax import parse
-from constrain.regex._utf8 import MAX_CODE_POINT, utf8_sequences
+from constrain.regex._utf8 import MAX_CODE_POINT, json_sequences, utf8_sequences
 
 DEAD = 0
 _FORCED_CAP = 4096
@@ -379,8 +379,8 @@ def _minimize(
 
 
 @lru_cache(maxsize=4096)
-def _sequences(lo: int, hi: int) -> tuple:
-    return tuple(utf8_sequences(lo, hi))
+def _sequences(lo: int, hi: int, encoding: str) -> tuple:
+    return tuple((json_sequences if encoding == "json" else utf8_sequences)(lo, hi))
 
 
 class _ByteBuilder:
@@ -422,7 +422,11 @@ class _ByteBuilder:
 
 
 def _to_bytes(
-    table: np.ndarray, accepting: np.ndarray, atoms: list[tuple[int, int]], pattern: str
+    table: np.ndarray,
+    accepting: np.ndarray,
+    atoms: list[tuple[int, int]],
+    pattern: str,
+    encoding: str = "utf-8",
 ) -> ByteDFA:
     """Expand a minimal character DFA (dead 0, start 1, columns = atoms) into a byte DFA."""
     builder = _ByteBuilder(len(table))
@@ -434,7 +438,7 @@ def _to_bytes(
             if a == len(row) or row[a] != row[lo]:
                 if row[lo] != DEAD:
                     items.extend(
-                        (seq, row[lo]) for seq in _sequences(atoms[lo][0], atoms[a - 1][1])
+                        (seq, row[lo]) for seq in _sequences(atoms[lo][0], atoms[a - 1][1], encoding)
                     )
                 lo = a
         builder.rows[state] = builder.edges(items)
@@ -451,13 +455,24 @@ def _to_bytes(
 
 
 @lru_cache(maxsize=256)
-def compile_regex(pattern: str, *, max_states: int = 100_000, timeout: float = 10.0) -> ByteDFA:
+def compile_regex(
+    pattern: str,
+    *,
+    max_states: int = 100_000,
+    timeout: float = 10.0,
+    dialect: str = "python",
+    encoding: str = "utf-8",
+) -> ByteDFA:
     """Compile `pattern` (full-match semantics over UTF-8 bytes) to a minimal byte DFA.
 
     Args:
         pattern: the regex; see docs/regex.md for the supported syntax.
         max_states: cap on NFA and character-DFA states.
         timeout: cap on compile time, in seconds.
+        dialect: "python", or "ecma" for ECMA-262 meanings of ``.``, ``\\s`` and ``\\S`` (as
+            JSON Schema's ``pattern`` uses them).
+        encoding: "utf-8" (the text itself), or "json": the text as it appears between the
+            quotes of a JSON string (``"``, ``\\`` and control characters escaped).
 
     Raises:
         RegexError: malformed or unsupported syntax (with its position), or a limit exceeded.
@@ -465,7 +480,9 @@ def compile_regex(pattern: str, *, max_states: int = 100_000, timeout: float = 1
     if not isinstance(pattern, str):
         raise TypeError(f"a regex must be a str, got {type(pattern).__name__}")
     deadline = time.monotonic() + timeout
-    tree = parse(pattern)
+    if dialect not in ("python", "ecma") or encoding not in ("utf-8", "json"):
+        raise ValueError(f"unknown dialect {dialect!r} or encoding {encoding!r}")
+    tree = parse(pattern, ecma=dialect == "ecma")
     nfa = _NFA(pattern, max_states=4 * max_states, deadline=deadline)
     start = nfa.new()
     final = nfa.build(tree, start)
@@ -475,16 +492,17 @@ def compile_regex(pattern: str, *, max_states: int = 100_000, timeout: float = 1
         if row:
             table[state, list(row)] = list(row.values())
     table, acc = _minimize(table, np.array(accepting), 0)
-    return _to_bytes(table, acc, atoms, pattern)
+    return _to_bytes(table, acc, atoms, pattern, encoding)
 
 
 def combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, max_states: int = 100_000) -> ByteDFA:
-    """The minimal DFA of ``a & b`` (op "and") or ``a - b`` (op "minus"): a product search.
+    """The minimal DFA of ``a & b`` (op "and"), ``a | b`` ("or") or ``a - b`` ("minus"): a
+    product search.
 
     Raises:
         RegexError: the product exceeds `max_states` states.
     """
-    if op not in ("and", "minus"):
+    if op not in ("and", "or", "minus"):
         raise ValueError(f"unknown operation {op!r}")
     width = b.n_states
     index = {(a.start, b.start): 0}
@@ -497,7 +515,7 @@ def combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, max_states: int = 100
         targets = []
         for key in distinct.tolist():
             x, y = divmod(key, width)
-            if x == DEAD or (op == "and" and y == DEAD):
+            if (x == DEAD and (op != "or" or y == DEAD)) or (op == "and" and y == DEAD):
                 targets.append(-1)
                 continue
             state = index.get((x, y))
@@ -510,14 +528,41 @@ def combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, max_states: int = 100
                 pairs.append((x, y))
             targets.append(state)
         rows.append(np.array(targets, dtype=np.int64)[inverse.ravel()])
-    accepting = np.array(
-        [
-            a.accepting[x] and (b.accepting[y] if op == "and" else not b.accepting[y])
-            for x, y in pairs
-        ]
-    )
+    verdict = {
+        "and": lambda x, y: x and y,
+        "or": lambda x, y: x or y,
+        "minus": lambda x, y: x and not y,
+    }[op]
+    accepting = np.array([verdict(a.accepting[x], b.accepting[y]) for x, y in pairs])
     table, acc = _minimize(np.stack(rows), accepting, 0)
     return ByteDFA(table, acc, 1 if len(table) > 1 else DEAD, pattern)
+
+
+def dfa_from_table(
+    transitions: np.ndarray, accepting: np.ndarray, start: int, pattern: str
+) -> ByteDFA:
+    """The minimal DFA of a table of byte transitions (n, 256) with -1 for "none"."""
+    table, acc = _minimize(np.asarray(transitions, dtype=np.int64), np.asarray(accepting), start)
+    return ByteDFA(table, acc, 1 if len(table) > 1 else DEAD, pattern)
+
+
+def quoted(body: ByteDFA, quote: int = 0x22) -> ByteDFA:
+    """The DFA of ``quote + body + quote``, for a body that never reads a raw `quote` between
+    characters (true of every "json"-encoded regex: a raw ``"`` only follows a backslash)."""
+    n = body.n_states
+    trans = np.zeros((n + 2, 256), dtype=np.int32)
+    trans[2 : n + 1] = np.where(body.transitions[1:] == DEAD, DEAD, body.transitions[1:] + 1)
+    if body.is_empty():
+        return ByteDFA(trans[:1], np.zeros(1, dtype=bool), DEAD, f"{chr(quote)}{body.pattern}")
+    trans[1, quote] = body.start + 1
+    ends = np.flatnonzero(body.accepting) + 1
+    if trans[ends, quote].any():
+        raise ValueError(f"/{body.pattern}/ reads a raw quote between characters")
+    trans[ends, quote] = n + 1
+    accepting = np.zeros(n + 2, dtype=bool)
+    accepting[n + 1] = True
+    name = chr(quote) + body.pattern + chr(quote)
+    return dfa_from_table(np.where(trans[1:] == DEAD, -1, trans[1:] - 1), accepting[1:], 0, name)
 
 
 def dfa_from_byte_classes(classes: Sequence[Iterable[int]], pattern: str) -> ByteDFA:

@@ -1,0 +1,75 @@
+"""The keyword registry: what the compiler does with each JSON Schema keyword.
+
+One table serves two readers: the docs (`python -m constrain.jsonschema.keywords` prints the
+support table of docs/json-schema.md) and the compiler, which reads `IGNORED_FORMATS` from here.
+"""
+
+from __future__ import annotations
+
+__all__ = ["IGNORED_FORMATS", "KEYWORDS", "support_table"]
+
+# formats that no validator asserts (Python's jsonschema has no checker for them): annotations
+IGNORED_FORMATS = frozenset(
+    {
+        "int32", "int64", "float", "double", "byte", "binary", "password", "int-or-string",
+        "color", "textarea", "html", "markdown", "phone", "utc-millisec", "style", "tel",
+        "uri-template",
+    }
+)  # fmt: skip
+
+# keyword -> (status, how / limits); status: "exact", "partial" or "no"
+KEYWORDS: dict[str, tuple[str, str]] = {
+    "type": ("exact", "string or array of types; `integer` admits `1.0`"),
+    "enum": ("exact", "any JSON values; numbers compared by value (`1` matches `1.0`)"),
+    "const": ("exact", "any JSON value"),
+    "$ref": ("exact", "JSON pointers, `$anchor`s and `$id`-relative URIs inside the document; "
+             "recursion; before 2019-09 (declared `$schema`) it replaces its siblings"),
+    "$defs / definitions": ("exact", "targets of references"),
+    "$id / id": ("exact", "sets the base URI of references"),
+    "$anchor": ("exact", "plain-name references"),
+    "$dynamicRef / $dynamicAnchor": ("exact", "resolved through the dynamic scope at compile "
+                                     "time"),
+    "$recursiveRef": ("partial", "resolved to the document root"),
+    "allOf": ("exact", "intersection of the normal forms (sibling keywords included)"),
+    "anyOf": ("exact", "union"),
+    "oneOf": ("exact", "union when branches are provably disjoint, else each branch minus the "
+              "others (needs `not` of the overlapping branches)"),
+    "not": ("partial", "complement of scalars always; of arrays and objects unless it needs "
+            "\"some extra key / item has a bad value\" (then UnsupportedSchemaError)"),
+    "if / then / else": ("partial", "(if and then) or (not if and else); as `not`"),
+    "properties": ("exact", "output in schema order (any order with `any_order=True`)"),
+    "required": ("exact", ""),
+    "additionalProperties": ("exact", "extra keys exclude declared names and patterns exactly"),
+    "patternProperties": ("exact", "overlapping patterns split into disjoint key regions"),
+    "propertyNames": ("exact", "intersected with every key region"),
+    "minProperties / maxProperties": ("exact", "counted in the grammar"),
+    "dependentRequired / dependentSchemas / dependencies": ("exact", "per trigger key: objects "
+                                                             "without it, or with its demands"),
+    "unevaluatedProperties": ("partial", "exact except keys evaluated only by a second matching "
+                              "anyOf / oneOf branch (such instances are rejected)"),
+    "items / prefixItems / additionalItems": ("exact", "both the 2020-12 and the array form"),
+    "minItems / maxItems": ("exact", ""),
+    "contains / minContains / maxContains": ("exact", "items split into matching / not "
+                                             "matching, counted in the grammar"),
+    "unevaluatedItems": ("partial", "as unevaluatedProperties; `contains` annotations ignored"),
+    "uniqueItems": ("partial", "only when the item language is a small finite set"),
+    "minLength / maxLength": ("exact", "code points; escapes count as one character"),
+    "pattern": ("exact", "ECMA-262 search semantics, intersected with length and format; no "
+                "lookarounds or backreferences"),
+    "format": ("partial", "see the formats table; unknown formats are annotations"),
+    "minimum / maximum / exclusiveMinimum / exclusiveMaximum": ("exact", "decimal bounds, both "
+                                                                "draft styles"),
+    "multipleOf": ("exact", "integers and decimals, up to 200,000 automaton states"),
+}  # fmt: skip
+
+
+def support_table() -> str:
+    """The markdown support table of docs/json-schema.md."""
+    rows = ["| keyword | support | how / limits |", "|---|---|---|"]
+    for keyword, (status, how) in KEYWORDS.items():
+        rows.append(f"| `{keyword}` | {status} | {how} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(support_table())

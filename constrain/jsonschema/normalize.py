@@ -1,0 +1,565 @@
+"""JSON Schema documents -> `Shape` graphs (the normal form the grammar is emitted from).
+
+Each schema object becomes the intersection of its parts: the shape its type-specific keywords
+give (a keyword constrains only instances of its own type), `enum`/`const`, references, and the
+applicators (`allOf`, `anyOf`, `oneOf`, `not`, `if`/`then`/`else`, dependencies). Then
+`unevaluatedProperties` / `unevaluatedItems` apply to what no successful part annotated.
+
+Every keyword is listed in `constrain.jsonschema.keywords.KEYWORDS`; one the compiler cannot
+express raises `UnsupportedSchemaError` with its JSON pointer (or, when lenient, is dropped and
+reported). Unknown keywords are annotations, as the specification says.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from constrain.errors import RegexError, UnsupportedSchemaError
+try:  # TEMP while formats.py is written
+    from constrain.jsonschema.formats import FORMATS
+except ImportError:
+    FORMATS = {}
+from constrain.jsonschema.keywords import IGNORED_FORMATS
+from constrain.jsonschema.numbers import INTEGER, NUMBER, bound_regex, multiple_of_dfa
+from constrain.jsonschema.refs import Resources
+from constrain.jsonschema.shapes import (
+    ANY,
+    NOTHING,
+    STRINGS,
+    ArrayShape,
+    ObjectShape,
+    Prop,
+    Region,
+    Shape,
+    ShapeUnsupported,
+    complement,
+    dfa_and,
+    dfa_minus,
+    dfa_or,
+    intersect,
+    is_empty,
+    key_text,
+    keys_dfa,
+    only,
+    union,
+)
+from constrain.regex import ByteDFA, compile_regex, dfa_from_strings, quoted
+
+__all__ = ["Normalizer"]
+
+_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
+_ANY_CHAR = r"[\x00-\U0010ffff]"
+_LEGACY = ("draft-04", "draft-06", "draft-07", "draft4", "draft6", "draft7")
+
+
+def _dfa(pattern: str, **kw) -> ByteDFA:
+    return compile_regex(pattern, **kw)
+
+
+class Normalizer:
+    """Turns the schemas of one document into shapes, memoised per location."""
+
+    def __init__(self, root: Any, *, lenient: bool = False, max_depth: int = 64):
+        dialect = root.get("$schema", "") if isinstance(root, Mapping) else ""
+        self.legacy = isinstance(dialect, str) and any(d in dialect for d in _LEGACY)
+        self.resources = Resources(root, legacy_ids=self.legacy)
+        self.lenient = lenient
+        self.max_depth = max_depth
+        self.dropped: list[str] = []
+        self.memo: dict[tuple, Shape] = {}
+        self.pending: dict[tuple, Shape] = {}
+        self.used: set[tuple] = set()  # pending placeholders handed out through a cycle
+        self.depth = 0
+
+    # -- entry points -------------------------------------------------------------------------
+
+    def unsupported(self, message: str, keyword: str, pointer: str) -> None:
+        if not self.lenient:
+            raise UnsupportedSchemaError(message, keyword, pointer)
+        self.dropped.append(f"{keyword} at {pointer or '#'} ({message})")
+
+    def shape(self, schema: Any, pointer: str, scope: tuple[str, ...] = ()) -> Shape:
+        """The shape of the schema at `pointer` seen through the dynamic `scope`."""
+        if schema is True:
+            return ANY
+        if schema is False:
+            return NOTHING
+        if not isinstance(schema, Mapping):
+            raise UnsupportedSchemaError(
+                f"a schema must be an object or a boolean, not {type(schema).__name__}",
+                None,
+                pointer,
+            )
+        base = self.resources.base(schema)
+        if self.resources.has_dynamic and (not scope or scope[-1] != base) and base not in scope:
+            scope = (*scope, base)
+        key = (id(schema), scope if self.resources.has_dynamic else ())
+        done = self.memo.get(key)
+        if done is not None:
+            return done
+        waiting = self.pending.get(key)
+        if waiting is not None:  # a cycle: the placeholder is filled when the schema is done
+            self.used.add(key)
+            return waiting
+        if self.depth >= self.max_depth:
+            raise UnsupportedSchemaError(
+                f"schema nesting deeper than {self.max_depth}", None, pointer
+            )
+        placeholder = self.pending[key] = Shape(pointer or "#")
+        self.depth += 1
+        try:
+            result = self._schema(schema, pointer, base, scope)
+        except ShapeUnsupported as exc:
+            self.unsupported(str(exc), _culprit(schema), pointer)
+            result = ANY
+        finally:
+            self.depth -= 1
+            del self.pending[key]
+        if key not in self.used:
+            self.memo[key] = result
+            return result
+        if not result.filled:
+            raise UnsupportedSchemaError(
+                "a cycle of references that never reaches a schema", "$ref", pointer
+            )
+        placeholder.fill(result.scalars, result.arrays, result.objects)
+        self.memo[key] = placeholder
+        return placeholder
+
+    # -- one schema object ----------------------------------------------------------------------
+
+    def _schema(self, s: Mapping, ptr: str, base: str, scope: tuple[str, ...]) -> Shape:
+        if self.legacy and "$ref" in s:  # before 2019-09, $ref replaces its siblings
+            return self._ref(s["$ref"], base, scope, "$ref", ptr)
+        parts: list[Shape] = [self._own(s, ptr, scope)]
+        if "enum" in s or "const" in s:
+            values = [s["const"]] if "const" in s else s["enum"]
+            if not isinstance(values, list):
+                raise UnsupportedSchemaError("enum must be an array", "enum", ptr)
+            parts.append(union([self.value(v) for v in values]))
+        for keyword in ("$ref", "$recursiveRef"):
+            if keyword in s:
+                parts.append(self._ref(s[keyword], base, scope, keyword, ptr))
+        if "$dynamicRef" in s:
+            target = self.resources.dynamic_target(s["$dynamicRef"], base, scope, ptr)
+            parts.append(self.shape(target[0], target[2], scope))
+        for i, sub in enumerate(s.get("allOf", [])):
+            parts.append(self.shape(sub, f"{ptr}/allOf/{i}", scope))
+        if "anyOf" in s:
+            parts.append(union(self._each(s, "anyOf", ptr, scope)))
+        if "oneOf" in s:
+            parts.append(self._one_of(self._each(s, "oneOf", ptr, scope), ptr))
+        if "not" in s:
+            parts.append(complement(self.shape(s["not"], f"{ptr}/not", scope)))
+        if "if" in s:
+            condition = self.shape(s["if"], f"{ptr}/if", scope)
+            then = self.shape(s.get("then", True), f"{ptr}/then", scope)
+            other = self.shape(s.get("else", True), f"{ptr}/else", scope)
+            parts.append(
+                union([intersect(condition, then), intersect(complement(condition), other)])
+            )
+        parts.extend(self._dependencies(s, ptr, scope))
+        result = ANY
+        for part in sorted(parts, key=lambda p: p is not ANY):
+            result = intersect(result, part)
+        if "unevaluatedProperties" in s or "unevaluatedItems" in s:
+            result = self._unevaluated(s, result, ptr, scope)
+        return result
+
+    def _ref(self, ref: Any, base: str, scope, keyword: str, ptr: str) -> Shape:
+        if not isinstance(ref, str):
+            raise UnsupportedSchemaError(f"{keyword} must be a string", keyword, ptr)
+        if keyword == "$recursiveRef":
+            ref = "#"
+        target = self.resources.resolve(ref, base, keyword, ptr)
+        return self.shape(target[0], target[2], scope)
+
+    def _each(self, s: Mapping, keyword: str, ptr: str, scope) -> list[Shape]:
+        subs = s[keyword]
+        if not isinstance(subs, list) or not subs:
+            raise UnsupportedSchemaError(f"{keyword} must be a non-empty array", keyword, ptr)
+        return [self.shape(sub, f"{ptr}/{keyword}/{i}", scope) for i, sub in enumerate(subs)]
+
+    def _one_of(self, branches: list[Shape], ptr: str) -> Shape:
+        """Exactly one branch: each branch minus the others it may overlap."""
+        exclusive = []
+        for i, branch in enumerate(branches):
+            part = branch
+            for j, other in enumerate(branches):
+                if i != j and not is_empty(intersect(branch, other)):
+                    try:
+                        part = intersect(part, complement(other))
+                    except ShapeUnsupported as exc:
+                        raise UnsupportedSchemaError(
+                            f"oneOf branches {i} and {j} may overlap and the overlap cannot be "
+                            f"excluded exactly ({exc})",
+                            "oneOf",
+                            ptr,
+                        ) from None
+            exclusive.append(part)
+        return union(exclusive)
+
+    def _dependencies(self, s: Mapping, ptr: str, scope) -> list[Shape]:
+        """dependentRequired / dependentSchemas / draft-7 dependencies: per trigger key, objects
+        without it, or with it and what it demands (non-objects are unaffected)."""
+        out = []
+        pairs: list[tuple[str, str, Any]] = []
+        for keyword in ("dependentRequired", "dependentSchemas", "dependencies"):
+            for key, need in (s.get(keyword) or {}).items():
+                pairs.append((keyword, key, need))
+        for keyword, key, need in pairs:
+            where = f"{ptr}/{keyword}/{_escape(key)}"
+            if isinstance(need, list):
+                demand = _object_only(ObjectShape(
+                    {k: Prop(ANY) for k in [key, *need]},
+                    (Region(dfa_minus(STRINGS, keys_dfa([key, *need])), ANY),),
+                    frozenset([key, *need]),
+                ))
+            else:
+                demand = intersect(self.shape(need, where, scope), _with_required(key))
+            without = _object_only(ObjectShape(
+                {key: Prop(NOTHING)}, (Region(dfa_minus(STRINGS, keys_dfa([key])), ANY),)
+            ))
+            out.append(union([_non_objects(), without, demand]))
+        return out
+
+    def _unevaluated(self, s: Mapping, shape: Shape, ptr: str, scope) -> Shape:
+        objects, arrays = shape.objects, shape.arrays
+        if "unevaluatedProperties" in s:
+            extra = self.shape(s["unevaluatedProperties"], f"{ptr}/unevaluatedProperties", scope)
+            objects = [_cover_object(o, extra) for o in objects]
+        if "unevaluatedItems" in s:
+            extra = self.shape(s["unevaluatedItems"], f"{ptr}/unevaluatedItems", scope)
+            arrays = [_cover_array(a, extra) for a in arrays]
+        return only(scalars=shape.scalars, arrays=arrays, objects=objects)
+
+    # -- type-specific keywords ------------------------------------------------------------------
+
+    def _own(self, s: Mapping, ptr: str, scope) -> Shape:
+        declared = s.get("type", list(_TYPES))
+        declared = [declared] if isinstance(declared, str) else declared
+        if not isinstance(declared, list) or any(t not in _TYPES for t in declared):
+            raise UnsupportedSchemaError(f"unknown type {declared!r}", "type", ptr)
+        scalars = dfa_from_strings([])
+        if "null" in declared:
+            scalars = dfa_or(scalars, _LITERALS["null"])
+        if "boolean" in declared:
+            scalars = dfa_or(scalars, _LITERALS["boolean"])
+        if "number" in declared or "integer" in declared:
+            scalars = dfa_or(scalars, self._number(s, ptr, integer="number" not in declared))
+        if "string" in declared:
+            scalars = dfa_or(scalars, self._string(s, ptr))
+        arrays = [self._array(s, ptr, scope)] if "array" in declared else []
+        objects = self._object(s, ptr, scope) if "object" in declared else []
+        if len(declared) == len(_TYPES) and not _TYPE_KEYWORDS.intersection(s):
+            return ANY
+        return only(scalars=scalars, arrays=arrays, objects=objects)
+
+    def _number(self, s: Mapping, ptr: str, integer: bool) -> ByteDFA:
+        dfa = _dfa(INTEGER if integer else NUMBER)
+        for keyword in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+            if keyword not in s or isinstance(s[keyword], bool):
+                continue  # draft 4 booleans are read with their minimum / maximum below
+            value = _decimal(s[keyword], keyword, ptr)
+            lower = "inimum" in keyword
+            strict = keyword.startswith("exclusive") or s.get(
+                "exclusiveMinimum" if lower else "exclusiveMaximum"
+            ) is True
+            dfa = dfa_and(dfa, _dfa(bound_regex(value, strict, lower)))
+        if "multipleOf" in s:
+            step = _decimal(s["multipleOf"], "multipleOf", ptr)
+            if step <= 0:
+                raise UnsupportedSchemaError("multipleOf must be > 0", "multipleOf", ptr)
+            try:
+                dfa = dfa_and(dfa, multiple_of_dfa(step))
+            except ValueError as exc:
+                self.unsupported(str(exc), "multipleOf", ptr)
+        return dfa
+
+    def _string(self, s: Mapping, ptr: str) -> ByteDFA:
+        dfa = STRINGS
+        low, high = s.get("minLength", 0), s.get("maxLength")
+        if low or high is not None:
+            body = f"{_ANY_CHAR}{{{int(low)},{'' if high is None else int(high)}}}"
+            dfa = self._string_dfa(body, "minLength" if high is None else "maxLength", ptr)
+        if "pattern" in s:
+            search = _search(s["pattern"])
+            dfa = dfa_and(dfa, self._string_dfa(search, "pattern", ptr, dialect="ecma"))
+        fmt = s.get("format")
+        if isinstance(fmt, str) and fmt not in IGNORED_FORMATS:
+            if fmt in FORMATS:
+                dfa = dfa_and(dfa, self._string_dfa(FORMATS[fmt], "format", ptr))
+            else:
+                self.unsupported(f"format {fmt!r} is not supported", "format", ptr)
+        return dfa
+
+    def _string_dfa(self, pattern: str, keyword: str, ptr: str, dialect="python") -> ByteDFA:
+        try:
+            return quoted(_dfa(pattern, dialect=dialect, encoding="json"))
+        except RegexError as exc:
+            self.unsupported(f"cannot compile {keyword}: {exc}", keyword, ptr)
+            return STRINGS
+
+    def _array(self, s: Mapping, ptr: str, scope) -> ArrayShape:
+        items = s.get("items")
+        if isinstance(items, list):  # before 2020-12: positional items, then additionalItems
+            prefix_key, prefix, rest_key = "items", items, "additionalItems"
+        else:
+            prefix_key, prefix, rest_key = "prefixItems", s.get("prefixItems", []), "items"
+        heads = tuple(
+            self.shape(sub, f"{ptr}/{prefix_key}/{i}", scope) for i, sub in enumerate(prefix)
+        )
+        rest = self.shape(s.get(rest_key, True), f"{ptr}/{rest_key}", scope)
+        contains = None
+        if "contains" in s:
+            contains = self.shape(s["contains"], f"{ptr}/contains", scope)
+        unique = s.get("uniqueItems") is True
+        if unique and (s.get("maxItems") is None or s["maxItems"] > 1):
+            self.unsupported("uniqueItems: true is not supported yet", "uniqueItems", ptr)
+            unique = False
+        return ArrayShape(
+            prefix=heads,
+            items=rest,
+            min_items=int(s.get("minItems", 0)),
+            max_items=None if s.get("maxItems") is None else int(s["maxItems"]),
+            contains=contains,
+            min_contains=int(s.get("minContains", 1)) if contains is not None else 1,
+            max_contains=s.get("maxContains") if contains is not None else None,
+            unique=unique,
+            evaluated=len(heads),
+            rest_evaluated=rest_key in s,
+        )
+
+    def _object(self, s: Mapping, ptr: str, scope) -> list[ObjectShape]:
+        properties = s.get("properties", {})
+        patterns = [
+            (self._key_pattern(p, ptr), self.shape(sub, f"{ptr}/patternProperties/{_escape(p)}", scope))
+            for p, sub in s.get("patternProperties", {}).items()
+        ]
+        has_additional = "additionalProperties" in s
+        additional = self.shape(
+            s.get("additionalProperties", True), f"{ptr}/additionalProperties", scope
+        )
+        required = list(dict.fromkeys(s.get("required", [])))
+        named: dict[str, Prop] = {}
+        for key in [*properties, *(k for k in required if k not in properties)]:
+            text = key_text(key)
+            matching = [value for keys, value in patterns if keys.matches(text)]
+            if key in properties:
+                value = self.shape(properties[key], f"{ptr}/properties/{_escape(key)}", scope)
+                evaluated = True
+            else:
+                value = ANY if matching else additional
+                evaluated = bool(matching) or has_additional
+            for extra in matching:
+                value = intersect(value, extra)
+            named[key] = Prop(value, evaluated)
+        regions = [Region(dfa_minus(STRINGS, keys_dfa(named)), additional, has_additional)]
+        for keys, value in patterns:
+            split = []
+            for region in regions:
+                inside = dfa_and(region.keys, keys)
+                outside = dfa_minus(region.keys, keys)
+                if not inside.is_empty():
+                    governed = intersect(region.value, value) if region.by_pattern else value
+                    split.append(Region(inside, governed, True, True))
+                if not outside.is_empty():
+                    split.append(Region(outside, region.value, region.evaluated, region.by_pattern))
+            regions = split
+        if "propertyNames" in s:
+            names = self.shape(s["propertyNames"], f"{ptr}/propertyNames", scope).scalars
+            allowed = dfa_and(names, STRINGS)
+            for key, prop in named.items():
+                if not allowed.matches(key_text(key)):
+                    named[key] = Prop(NOTHING, prop.evaluated)
+            regions = [
+                Region(k, r.value, r.evaluated, r.by_pattern)
+                for r in regions
+                if not (k := dfa_and(r.keys, allowed)).is_empty()
+            ]
+        if any(named[k].value is NOTHING for k in required):
+            return []
+        return [
+            ObjectShape(
+                named,
+                tuple(regions),
+                frozenset(required),
+                int(s.get("minProperties", 0)),
+                None if s.get("maxProperties") is None else int(s["maxProperties"]),
+            )
+        ]
+
+    def _key_pattern(self, pattern: str, ptr: str) -> ByteDFA:
+        try:
+            return quoted(_dfa(_search(pattern), dialect="ecma", encoding="json"))
+        except RegexError as exc:
+            raise UnsupportedSchemaError(
+                f"cannot compile patternProperties pattern: {exc}", "patternProperties", ptr
+            ) from None
+
+    # -- enum / const values ----------------------------------------------------------------------
+
+    def value(self, v: Any) -> Shape:
+        """The shape admitting exactly the JSON value `v` (numbers by value: 1 == 1.0)."""
+        if v is None or isinstance(v, bool):
+            return only(scalars=dfa_from_strings([json.dumps(v)]))
+        if isinstance(v, (int, float)):
+            if isinstance(v, float) and not math.isfinite(v):
+                return NOTHING
+            return only(scalars=_dfa(_number_literal(Decimal(repr(v)))))
+        if isinstance(v, str):
+            return only(scalars=dfa_from_strings([key_text(v)]))
+        if isinstance(v, list):
+            items = tuple(self.value(x) for x in v)
+            return only(arrays=[ArrayShape(items, NOTHING, len(v), len(v))])
+        if isinstance(v, Mapping):
+            named = {k: Prop(self.value(x)) for k, x in v.items()}
+            return only(objects=[ObjectShape(named, (), frozenset(v))])
+        raise UnsupportedSchemaError(f"{type(v).__name__} is not a JSON value", "enum", "")
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+_LITERALS = {
+    "null": dfa_from_strings(["null"]),
+    "boolean": dfa_from_strings(["true", "false"]),
+}
+# keywords that constrain some type (a schema without `type` and without these admits anything)
+_TYPE_KEYWORDS = {
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength",
+    "maxLength", "pattern", "format", "items", "prefixItems", "additionalItems", "minItems",
+    "maxItems", "contains", "uniqueItems", "properties", "patternProperties",
+    "additionalProperties", "required", "propertyNames", "minProperties", "maxProperties",
+}  # fmt: skip
+
+
+def _non_objects() -> Shape:
+    return only(scalars=ANY.scalars, arrays=ANY.arrays)
+
+
+def _object_only(o: ObjectShape) -> Shape:
+    return only(objects=[o])
+
+
+def _with_required(key: str) -> Shape:
+    return _object_only(
+        ObjectShape(
+            {key: Prop(ANY)},
+            (Region(dfa_minus(STRINGS, keys_dfa([key])), ANY),),
+            frozenset([key]),
+        )
+    )
+
+
+def _cover_object(o: ObjectShape, extra: Shape) -> ObjectShape:
+    named = {
+        k: p if p.evaluated else Prop(intersect(p.value, extra), True) for k, p in o.named.items()
+    }
+    regions = tuple(
+        r if r.evaluated else Region(r.keys, intersect(r.value, extra), True, r.by_pattern)
+        for r in o.regions
+    )
+    return ObjectShape(named, regions, o.required, o.min_props, o.max_props)
+
+
+def _cover_array(a: ArrayShape, extra: Shape) -> ArrayShape:
+    if a.rest_evaluated:
+        return a
+    prefix = tuple(
+        x if i < a.evaluated else intersect(x, extra) for i, x in enumerate(a.prefix)
+    )
+    return ArrayShape(
+        prefix,
+        intersect(a.items, extra),
+        a.min_items,
+        a.max_items,
+        a.contains,
+        a.min_contains,
+        a.max_contains,
+        a.unique,
+        len(prefix),
+        True,
+    )
+
+
+def _decimal(value: Any, keyword: str, ptr: str) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UnsupportedSchemaError(f"{keyword} must be a number, not {value!r}", keyword, ptr)
+    try:
+        return Decimal(value) if isinstance(value, int) else Decimal(repr(value))
+    except InvalidOperation:
+        raise UnsupportedSchemaError(f"{keyword} {value!r} is not finite", keyword, ptr) from None
+
+
+def _number_literal(v: Decimal) -> str:
+    """Every number text whose value is `v`."""
+    if v == 0:
+        return r"-?0(?:\.0+)?"
+    sign = "-" if v < 0 else ""
+    text = format(abs(v), "f")
+    whole, _, fraction = text.partition(".")
+    fraction = fraction.rstrip("0")
+    return rf"{sign}{whole}\.{fraction}0*" if fraction else rf"{sign}{whole}(?:\.0+)?"
+
+
+def _search(pattern: Any) -> str:
+    """ECMA-262 `pattern` semantics (a search, not a full match) as a full-match regex: each
+    top-level alternative is padded with "anything" on the sides it is not anchored."""
+    if not isinstance(pattern, str):
+        raise RegexError(f"a pattern must be a string, not {pattern!r}", str(pattern), None)
+    out = []
+    for alt in _top_level_alternatives(pattern):
+        start = "" if alt.startswith("^") else f"{_ANY_CHAR}*"
+        anchored_end = alt.endswith("$") and not _escaped(alt, len(alt) - 1)
+        end = "" if anchored_end else f"{_ANY_CHAR}*"
+        core = alt[1:] if alt.startswith("^") else alt
+        core = core[:-1] if anchored_end else core
+        out.append(f"{start}(?:{core}){end}")
+    return "|".join(out)
+
+
+def _escaped(text: str, i: int) -> bool:
+    """Whether text[i] is preceded by an odd number of backslashes."""
+    n = 0
+    while i - n - 1 >= 0 and text[i - n - 1] == "\\":
+        n += 1
+    return n % 2 == 1
+
+
+def _top_level_alternatives(pattern: str) -> list[str]:
+    parts, depth, in_class, last, i = [], 0, False, 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            parts.append(pattern[last:i])
+            last = i + 1
+        i += 1
+    parts.append(pattern[last:])
+    return parts
+
+
+def _escape(key: str) -> str:
+    return str(key).replace("~", "~0").replace("/", "~1")
+
+
+def _culprit(schema: Mapping) -> str:
+    for keyword in ("not", "oneOf", "if", "allOf", "anyOf", "$ref", "dependentSchemas"):
+        if keyword in schema:
+            return keyword
+    return next(iter(schema), "")
+

@@ -1,0 +1,483 @@
+"""Schemas in normal form, closed under intersection and (mostly) complement.
+
+A `Shape` is a union over JSON types: one byte DFA for every scalar value it admits (the JSON
+texts of null, booleans, numbers and strings), plus alternatives for arrays and for objects.
+`allOf` is `intersect`, `not` is `complement`, `anyOf` is `union`; `oneOf` and `if`/`then`/`else`
+are built from the three. Scalars are exact under all three operations because they are
+languages over one fixed universe (`SCALARS`: numbers without exponent, strings with one
+encoding per character). Arrays and objects are intersected field by field; their complement is
+the union of the ways to violate one constraint, and raises `ShapeUnsupported` where that union
+has no normal form (e.g. "some extra key has a bad value").
+
+Shapes form a graph: recursive schemas make cycles. Every operation is memoised on the identity
+of its operands, and results are created before they are filled, so cycles map to cycles.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+
+from constrain.jsonschema.numbers import NUMBER
+from constrain.regex import ByteDFA, combine, compile_regex, dfa_from_strings, quoted
+
+__all__ = [
+    "ANY",
+    "NOTHING",
+    "ArrayShape",
+    "ObjectShape",
+    "Prop",
+    "Region",
+    "Shape",
+    "ShapeUnsupported",
+    "complement",
+    "fresh",
+    "intersect",
+    "is_empty",
+    "union",
+]
+
+_MAX_ALTERNATIVES = 256
+
+
+class ShapeUnsupported(Exception):
+    """An operation whose result has no normal form (the caller names keyword and pointer)."""
+
+
+def _string_universe() -> ByteDFA:
+    return quoted(compile_regex(r"[\x00-\U0010ffff]*", encoding="json"))
+
+
+STRINGS = _string_universe()  # every JSON string in the admitted encoding
+SCALARS = combine(
+    combine(dfa_from_strings(["null", "true", "false"]), compile_regex(NUMBER), "or", "scalar"),
+    STRINGS,
+    "or",
+    "any scalar",
+)
+EMPTY = dfa_from_strings([])
+
+
+class Shape:
+    """A normalised schema: ``scalars`` (a DFA over value texts) or one of ``arrays`` or one of
+    ``objects``. Created empty and filled in place, so recursive schemas can refer to it."""
+
+    __slots__ = ("scalars", "arrays", "objects", "filled", "name", "__weakref__")
+
+    def __init__(self, name: str = ""):
+        self.scalars: ByteDFA = EMPTY
+        self.arrays: list[ArrayShape] = []
+        self.objects: list[ObjectShape] = []
+        self.filled = False
+        self.name = name
+
+    def fill(
+        self, scalars: ByteDFA, arrays: list[ArrayShape], objects: list[ObjectShape]
+    ) -> Shape:
+        if len(arrays) > _MAX_ALTERNATIVES or len(objects) > _MAX_ALTERNATIVES:
+            raise ShapeUnsupported(f"more than {_MAX_ALTERNATIVES} alternatives for one value")
+        self.scalars, self.arrays, self.objects, self.filled = scalars, arrays, objects, True
+        return self
+
+    def __repr__(self) -> str:
+        return (
+            f"Shape({self.name or hex(id(self))}: scalars={self.scalars.pattern!r}, "
+            f"{len(self.arrays)} arrays, {len(self.objects)} objects)"
+        )
+
+
+@dataclass(frozen=True)
+class ArrayShape:
+    """Arrays: item i < len(prefix) matches prefix[i], the rest match `items`; the length and
+    the number of items matching `contains` are bounded. `evaluated` counts the leading positions
+    annotated by prefixItems / items (for unevaluatedItems; `rest_evaluated` covers the others)."""
+
+    prefix: tuple[Shape, ...] = ()
+    items: Shape = field(default=None)  # type: ignore[assignment]  # ANY when None
+    min_items: int = 0
+    max_items: int | None = None
+    contains: Shape | None = None
+    min_contains: int = 1
+    max_contains: int | None = None
+    unique: bool = False
+    evaluated: int = 0
+    rest_evaluated: bool = False
+
+    def __post_init__(self):
+        if self.items is None:
+            object.__setattr__(self, "items", ANY)
+
+    def item(self, i: int) -> Shape:
+        return self.prefix[i] if i < len(self.prefix) else self.items
+
+
+@dataclass(frozen=True)
+class Prop:
+    """A named property: its value shape and whether a keyword annotated it as evaluated."""
+
+    value: Shape
+    evaluated: bool = False
+
+
+@dataclass(frozen=True)
+class Region:
+    """The keys (quoted JSON texts) governed by one value shape, outside the named keys."""
+
+    keys: ByteDFA
+    value: Shape
+    evaluated: bool = False
+    by_pattern: bool = False  # matched by a patternProperties pattern (so additional is moot)
+
+
+@dataclass(frozen=True)
+class ObjectShape:
+    """Objects: named keys (in output order) with their values, disjoint regions of other keys
+    (a key in no region and not named may not appear), required keys and bounds on the count."""
+
+    named: dict[str, Prop] = field(default_factory=dict)
+    regions: tuple[Region, ...] = ()
+    required: frozenset[str] = frozenset()
+    min_props: int = 0
+    max_props: int | None = None
+
+    def lookup(self, key: str) -> Prop:
+        """The value shape a key gets here (NOTHING when it may not appear)."""
+        if key in self.named:
+            return self.named[key]
+        text = key_text(key)
+        for region in self.regions:
+            if region.keys.matches(text):
+                return Prop(region.value, region.evaluated)
+        return Prop(NOTHING)
+
+
+def key_text(key: str) -> bytes:
+    """The one admitted JSON text of a key (or string value)."""
+    out = ['"']
+    for c in key:
+        if c == '"' or c == "\\":
+            out.append("\\" + c)
+        elif ord(c) < 0x20:
+            short = {"\b": "b", "\t": "t", "\n": "n", "\f": "f", "\r": "r"}.get(c)
+            out.append("\\" + short if short else f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    out.append('"')
+    return "".join(out).encode()
+
+
+def keys_dfa(keys) -> ByteDFA:
+    return dfa_from_strings([key_text(k) for k in keys])
+
+
+# -- the universal and empty shapes --------------------------------------------------------------
+
+ANY = Shape("any")
+NOTHING = Shape("nothing").fill(EMPTY, [], [])
+ANY.fill(
+    SCALARS,
+    [ArrayShape(items=ANY)],
+    [ObjectShape(regions=(Region(STRINGS, ANY),))],
+)
+ANY_ARRAY = ArrayShape(items=ANY)
+ANY_OBJECT = ANY.objects[0]
+
+
+def only(*, scalars: ByteDFA = EMPTY, arrays=(), objects=()) -> Shape:
+    return Shape().fill(scalars, list(arrays), list(objects))
+
+
+# -- DFA algebra with fast paths -------------------------------------------------------------------
+
+class _Memo(threading.local):
+    """Results memoised on operand identities, for one compilation in one thread (`fresh`
+    clears them, so identities of freed objects are never looked up again)."""
+
+    def __init__(self):
+        self.dfa: dict[tuple[int, int, str], ByteDFA] = {}
+        self.keep: list = []  # operands of memoised results stay alive: ids are not reused
+        self.conj: dict[tuple[int, int], Shape] = {}
+        self.neg: dict[int, Shape] = {}
+
+
+_MEMO = _Memo()
+
+
+def fresh() -> None:
+    """Forget memoised results (call at the start of each compilation)."""
+    _MEMO.__init__()
+
+
+def _dfa(a: ByteDFA, b: ByteDFA, op: str) -> ByteDFA:
+    if op == "and":
+        if a.is_empty() or b.is_empty():
+            return EMPTY
+        if a is SCALARS:
+            return b
+        if b is SCALARS:
+            return a
+    if op == "minus" and (a.is_empty() or b.is_empty()):
+        return a
+    key = (id(a), id(b), op)
+    got = _MEMO.dfa.get(key)
+    if got is None:
+        got = _MEMO.dfa[key] = combine(a, b, op, f"({a.pattern}){op}({b.pattern})")
+        _MEMO.keep.extend((a, b))
+    return got
+
+
+def dfa_and(a: ByteDFA, b: ByteDFA) -> ByteDFA:
+    return _dfa(a, b, "and")
+
+
+def dfa_minus(a: ByteDFA, b: ByteDFA) -> ByteDFA:
+    return _dfa(a, b, "minus")
+
+
+def dfa_or(a: ByteDFA, b: ByteDFA) -> ByteDFA:
+    if a.is_empty():
+        return b
+    if b.is_empty():
+        return a
+    return _dfa(a, b, "or")
+
+
+# -- intersection ---------------------------------------------------------------------------------
+
+def intersect(a: Shape, b: Shape) -> Shape:
+    """The shape of the values matching both (``allOf``)."""
+    if a is ANY or b is NOTHING:
+        return b
+    if b is ANY or a is NOTHING or a is b:
+        return a
+    key = (id(a), id(b)) if id(a) < id(b) else (id(b), id(a))
+    got = _MEMO.conj.get(key)
+    if got is not None:
+        return got
+    if not (a.filled and b.filled):
+        raise ShapeUnsupported("a recursive reference combined with sibling keywords")
+    out = _MEMO.conj[key] = Shape()
+    _MEMO.keep.extend((a, b))
+    arrays = [
+        r for x in a.arrays for y in b.arrays if (r := _and_arrays(x, y)) is not None
+    ]
+    objects = [
+        r for x in a.objects for y in b.objects if (r := _and_objects(x, y)) is not None
+    ]
+    return out.fill(dfa_and(a.scalars, b.scalars), arrays, objects)
+
+
+def _and_arrays(x: ArrayShape, y: ArrayShape) -> ArrayShape | None:
+    low = max(x.min_items, y.min_items)
+    high = _min_bound(x.max_items, y.max_items)
+    if high is not None and low > high:
+        return None
+    n = max(len(x.prefix), len(y.prefix))
+    if high is not None:
+        n = min(n, high)
+    prefix = tuple(intersect(x.item(i), y.item(i)) for i in range(n))
+    contains, min_c, max_c = x.contains, x.min_contains, x.max_contains
+    if y.contains is not None:
+        if contains is None:
+            contains, min_c, max_c = y.contains, y.min_contains, y.max_contains
+        elif contains is y.contains:
+            min_c, max_c = max(min_c, y.min_contains), _min_bound(max_c, y.max_contains)
+        else:
+            raise ShapeUnsupported("two different `contains` constraints on one array")
+    return ArrayShape(
+        prefix=prefix,
+        items=intersect(x.items, y.items),
+        min_items=low,
+        max_items=high,
+        contains=contains,
+        min_contains=min_c,
+        max_contains=max_c,
+        unique=x.unique or y.unique,
+        evaluated=max(x.evaluated, y.evaluated),
+        rest_evaluated=x.rest_evaluated or y.rest_evaluated,
+    )
+
+
+def _and_objects(x: ObjectShape, y: ObjectShape) -> ObjectShape | None:
+    low = max(x.min_props, y.min_props)
+    high = _min_bound(x.max_props, y.max_props)
+    required = x.required | y.required
+    if high is not None and (low > high or len(required) > high):
+        return None
+    named: dict[str, Prop] = {}
+    for key in [*x.named, *(k for k in y.named if k not in x.named)]:
+        px, py = x.lookup(key), y.lookup(key)
+        named[key] = Prop(intersect(px.value, py.value), px.evaluated or py.evaluated)
+    if any(named[k].value is NOTHING for k in required if k in named):
+        return None
+    taken = keys_dfa(named)
+    regions = []
+    for rx in x.regions:
+        for ry in y.regions:
+            keys = dfa_minus(dfa_and(rx.keys, ry.keys), taken)
+            if not keys.is_empty():
+                regions.append(
+                    Region(
+                        keys,
+                        intersect(rx.value, ry.value),
+                        rx.evaluated or ry.evaluated,
+                        rx.by_pattern or ry.by_pattern,
+                    )
+                )
+    return ObjectShape(named, tuple(regions), required, low, high)
+
+
+def _min_bound(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
+
+
+def union(shapes: list[Shape]) -> Shape:
+    """The shape of the values matching any of `shapes` (``anyOf``)."""
+    if not shapes:
+        return NOTHING
+    if len(shapes) == 1:
+        return shapes[0]
+    if any(s is ANY for s in shapes):
+        return ANY
+    for s in shapes:
+        if not s.filled:
+            raise ShapeUnsupported("a recursive reference inside anyOf / oneOf with siblings")
+    scalars = EMPTY
+    for s in shapes:
+        scalars = dfa_or(scalars, s.scalars)
+    return only(
+        scalars=scalars,
+        arrays=[a for s in shapes for a in s.arrays],
+        objects=[o for s in shapes for o in s.objects],
+    )
+
+
+# -- complement -----------------------------------------------------------------------------------
+
+def complement(a: Shape) -> Shape:
+    """The shape of the values *not* matching `a` (``not``), without annotations."""
+    if a is ANY:
+        return NOTHING
+    if a is NOTHING:
+        return ANY
+    got = _MEMO.neg.get(id(a))
+    if got is not None:
+        return got
+    if not a.filled:
+        raise ShapeUnsupported("`not` of a recursive reference")
+    out = _MEMO.neg[id(a)] = Shape()
+    _MEMO.keep.append(a)
+    arrays = [ANY_ARRAY]
+    for alt in a.arrays:
+        arrays = [r for x in arrays for y in _not_array(alt) if (r := _and_arrays(x, y))]
+        _check_size(arrays)
+    objects = [ANY_OBJECT]
+    for alt in a.objects:
+        objects = [r for x in objects for y in _not_object(alt) if (r := _and_objects(x, y))]
+        _check_size(objects)
+    return out.fill(dfa_minus(SCALARS, a.scalars), arrays, objects)
+
+
+def _check_size(alternatives: list) -> None:
+    if len(alternatives) > _MAX_ALTERNATIVES:
+        raise ShapeUnsupported(f"`not` expands to more than {_MAX_ALTERNATIVES} alternatives")
+
+
+def _not_array(x: ArrayShape) -> list[ArrayShape]:
+    """Arrays violating one constraint of `x` (a union)."""
+    out = []
+    if x.min_items > 0:
+        out.append(ArrayShape(max_items=x.min_items - 1))
+    if x.max_items is not None:
+        out.append(ArrayShape(min_items=x.max_items + 1))
+    for i, item in enumerate(x.prefix):
+        bad = complement(item)
+        if bad is not NOTHING:
+            out.append(ArrayShape(prefix=(ANY,) * i + (bad,), min_items=i + 1))
+    bad_rest = complement(x.items)
+    if bad_rest is not NOTHING:
+        if x.prefix:
+            raise ShapeUnsupported("`not` of an array schema with both prefixItems and items")
+        out.append(ArrayShape(contains=bad_rest, min_contains=1))
+    if x.contains is not None:
+        if x.min_contains > 0:
+            out.append(ArrayShape(contains=x.contains, min_contains=0, max_contains=x.min_contains - 1))
+        if x.max_contains is not None:
+            out.append(ArrayShape(contains=x.contains, min_contains=x.max_contains + 1))
+    if x.unique:
+        raise ShapeUnsupported("`not` of uniqueItems")
+    return out
+
+
+def _not_object(x: ObjectShape) -> list[ObjectShape]:
+    """Objects violating one constraint of `x` (a union)."""
+    out = []
+    for key in x.required:
+        out.append(_with_key(key, NOTHING, required=False))
+    for key, prop in x.named.items():
+        bad = complement(prop.value)
+        if bad is not NOTHING:
+            out.append(_with_key(key, bad, required=True))
+    covered = keys_dfa(x.named)
+    for region in x.regions:
+        covered = dfa_or(covered, region.keys)
+        if complement(region.value) is not NOTHING:
+            raise ShapeUnsupported("`not` of patternProperties / additionalProperties")
+    if not dfa_minus(STRINGS, covered).is_empty():
+        raise ShapeUnsupported("`not` of an object schema that forbids some keys")
+    if x.min_props > 0:
+        out.append(replace(ANY_OBJECT, max_props=x.min_props - 1))
+    if x.max_props is not None:
+        out.append(replace(ANY_OBJECT, min_props=x.max_props + 1))
+    return out
+
+
+def _with_key(key: str, value: Shape, *, required: bool) -> ObjectShape:
+    rest = Region(dfa_minus(STRINGS, keys_dfa([key])), ANY)
+    return ObjectShape({key: Prop(value)}, (rest,), frozenset([key] if required else []))
+
+
+# -- emptiness --------------------------------------------------------------------------------------
+
+
+def is_empty(shape: Shape) -> bool:
+    """True only when `shape` admits no value (a least fixpoint over the shape graph; shapes it
+    cannot decide count as non-empty, so "empty" answers are always right)."""
+    nodes: list[Shape] = []
+    seen: set[int] = set()
+    stack = [shape]
+    while stack:
+        s = stack.pop()
+        if id(s) in seen:
+            continue
+        seen.add(id(s))
+        nodes.append(s)
+        for a in s.arrays:
+            stack.extend(a.prefix)
+            stack.append(a.items)
+        for o in s.objects:
+            stack.extend(p.value for p in o.named.values())
+    productive: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for s in nodes:
+            if id(s) not in productive and _productive(s, productive):
+                productive.add(id(s))
+                changed = True
+    return id(shape) not in productive
+
+
+def _productive(s: Shape, productive: set[int]) -> bool:
+    if not s.filled or not s.scalars.is_empty():
+        return True
+    for a in s.arrays:
+        needed = [a.item(i) for i in range(min(a.min_items, len(a.prefix) + 1))]
+        if all(id(x) in productive for x in needed):
+            return True
+    for o in s.objects:
+        if all(id(o.named[k].value) in productive for k in o.required if k in o.named):
+            return True
+    return False
