@@ -203,7 +203,7 @@ class _Emitter:
         if o.regions:
             extra = f"{name}_extra"
             for region in o.regions:
-                key = self.dfa_lexeme("key", region.keys)
+                key = self.dfa_lexeme("key", region.keys.dfa)
                 self.add(extra, (key, *colon, self.value(region.value, depth + 1)))
         counting = o.min_props > 0 or o.max_props is not None
         cap = o.max_props if o.max_props is not None else o.min_props
@@ -296,6 +296,10 @@ def compile_schema(
     shapes.fresh()
     normalizer = Normalizer(schema, lenient=lenient)
     root = normalizer.shape(schema, "")
+    try:
+        shapes.settle()
+    except ShapeUnsupported as exc:
+        raise UnsupportedSchemaError(str(exc), "$ref", "") from None
     pretty = whitespace == "pretty"
     ws = None if pretty else WHITESPACE.get(whitespace, whitespace)
     emitter = _Emitter(ws, indent if pretty else None, any_order, max_rules)

@@ -19,6 +19,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from constrain.errors import RegexError, UnsupportedSchemaError
+
 try:  # TEMP while formats.py is written
     from constrain.jsonschema.formats import FORMATS
 except ImportError:
@@ -31,6 +32,7 @@ from constrain.jsonschema.shapes import (
     NOTHING,
     STRINGS,
     ArrayShape,
+    KeySet,
     ObjectShape,
     Prop,
     Region,
@@ -38,21 +40,20 @@ from constrain.jsonschema.shapes import (
     ShapeUnsupported,
     complement,
     dfa_and,
-    dfa_minus,
     dfa_or,
     intersect,
     is_empty,
     key_text,
-    keys_dfa,
+    later,
     only,
     union,
 )
-from constrain.regex import ByteDFA, compile_regex, dfa_from_strings, quoted
+from constrain.regex import ByteDFA, compile_regex, dfa_from_strings, quoted, repeat_unit
 
 __all__ = ["Normalizer"]
 
 _TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
-_ANY_CHAR = r"[\x00-\U0010ffff]"
+_ANY_CHAR = r"(?:[^\n]|\n)"  # every character (a negated class stays small)
 _LEGACY = ("draft-04", "draft-06", "draft-07", "draft4", "draft6", "draft7")
 
 
@@ -122,13 +123,8 @@ class Normalizer:
         if key not in self.used:
             self.memo[key] = result
             return result
-        if not result.filled:
-            raise UnsupportedSchemaError(
-                "a cycle of references that never reaches a schema", "$ref", pointer
-            )
-        placeholder.fill(result.scalars, result.arrays, result.objects)
         self.memo[key] = placeholder
-        return placeholder
+        return later([result], placeholder, lambda: (result.scalars, result.arrays, result.objects))
 
     # -- one schema object ----------------------------------------------------------------------
 
@@ -216,26 +212,33 @@ class Normalizer:
             if isinstance(need, list):
                 demand = _object_only(ObjectShape(
                     {k: Prop(ANY) for k in [key, *need]},
-                    (Region(dfa_minus(STRINGS, keys_dfa([key, *need])), ANY),),
+                    (Region(KeySet(excluded=frozenset([key, *need])), ANY),),
                     frozenset([key, *need]),
                 ))
             else:
                 demand = intersect(self.shape(need, where, scope), _with_required(key))
             without = _object_only(ObjectShape(
-                {key: Prop(NOTHING)}, (Region(dfa_minus(STRINGS, keys_dfa([key])), ANY),)
+                {key: Prop(NOTHING)}, (Region(KeySet(excluded=frozenset([key])), ANY),)
             ))
             out.append(union([_non_objects(), without, demand]))
         return out
 
     def _unevaluated(self, s: Mapping, shape: Shape, ptr: str, scope) -> Shape:
-        objects, arrays = shape.objects, shape.arrays
+        """unevaluatedProperties / unevaluatedItems constrain what no part annotated."""
+        props = items = ANY
         if "unevaluatedProperties" in s:
-            extra = self.shape(s["unevaluatedProperties"], f"{ptr}/unevaluatedProperties", scope)
-            objects = [_cover_object(o, extra) for o in objects]
+            props = self.shape(s["unevaluatedProperties"], f"{ptr}/unevaluatedProperties", scope)
         if "unevaluatedItems" in s:
-            extra = self.shape(s["unevaluatedItems"], f"{ptr}/unevaluatedItems", scope)
-            arrays = [_cover_array(a, extra) for a in arrays]
-        return only(scalars=shape.scalars, arrays=arrays, objects=objects)
+            items = self.shape(s["unevaluatedItems"], f"{ptr}/unevaluatedItems", scope)
+        return later(
+            [shape],
+            Shape(),
+            lambda: (
+                shape.scalars,
+                [_cover_array(a, items) for a in shape.arrays],
+                [_cover_object(o, props) for o in shape.objects],
+            ),
+        )
 
     # -- type-specific keywords ------------------------------------------------------------------
 
@@ -284,8 +287,8 @@ class Normalizer:
         dfa = STRINGS
         low, high = s.get("minLength", 0), s.get("maxLength")
         if low or high is not None:
-            body = f"{_ANY_CHAR}{{{int(low)},{'' if high is None else int(high)}}}"
-            dfa = self._string_dfa(body, "minLength" if high is None else "maxLength", ptr)
+            char = _dfa(_ANY_CHAR, encoding="json")
+            dfa = quoted(repeat_unit(char, int(low), None if high is None else int(high)))
         if "pattern" in s:
             search = _search(s["pattern"])
             dfa = dfa_and(dfa, self._string_dfa(search, "pattern", ptr, dialect="ecma"))
@@ -358,12 +361,12 @@ class Normalizer:
             for extra in matching:
                 value = intersect(value, extra)
             named[key] = Prop(value, evaluated)
-        regions = [Region(dfa_minus(STRINGS, keys_dfa(named)), additional, has_additional)]
+        regions = [Region(KeySet(excluded=frozenset(named)), additional, has_additional)]
         for keys, value in patterns:
             split = []
             for region in regions:
-                inside = dfa_and(region.keys, keys)
-                outside = dfa_minus(region.keys, keys)
+                inside = region.keys.restricted(keys, inside=True)
+                outside = region.keys.restricted(keys, inside=False)
                 if not inside.is_empty():
                     governed = intersect(region.value, value) if region.by_pattern else value
                     split.append(Region(inside, governed, True, True))
@@ -379,7 +382,7 @@ class Normalizer:
             regions = [
                 Region(k, r.value, r.evaluated, r.by_pattern)
                 for r in regions
-                if not (k := dfa_and(r.keys, allowed)).is_empty()
+                if not (k := r.keys.restricted(allowed, inside=True)).is_empty()
             ]
         if any(named[k].value is NOTHING for k in required):
             return []
@@ -449,7 +452,7 @@ def _with_required(key: str) -> Shape:
     return _object_only(
         ObjectShape(
             {key: Prop(ANY)},
-            (Region(dfa_minus(STRINGS, keys_dfa([key])), ANY),),
+            (Region(KeySet(excluded=frozenset([key])), ANY),),
             frozenset([key]),
         )
     )

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+import numpy as np
 
 from constrain.jsonschema.numbers import NUMBER
 from constrain.regex import ByteDFA, combine, compile_regex, dfa_from_strings, quoted
@@ -25,6 +28,7 @@ __all__ = [
     "ANY",
     "NOTHING",
     "ArrayShape",
+    "KeySet",
     "ObjectShape",
     "Prop",
     "Region",
@@ -34,6 +38,8 @@ __all__ = [
     "fresh",
     "intersect",
     "is_empty",
+    "later",
+    "settle",
     "union",
 ]
 
@@ -45,7 +51,7 @@ class ShapeUnsupported(Exception):
 
 
 def _string_universe() -> ByteDFA:
-    return quoted(compile_regex(r"[\x00-\U0010ffff]*", encoding="json"))
+    return quoted(compile_regex(r"(?:[^\n]|\n)*", encoding="json"))
 
 
 STRINGS = _string_universe()  # every JSON string in the admitted encoding
@@ -119,11 +125,57 @@ class Prop:
     evaluated: bool = False
 
 
+class KeySet:
+    """A set of keys: those (as quoted JSON texts) of `within` (every string when None) except
+    the names in `excluded`. Kept symbolic, so most object intersections never build a DFA."""
+
+    __slots__ = ("within", "excluded", "_dfa")
+
+    def __init__(self, within: ByteDFA | None = None, excluded: frozenset[str] = frozenset()):
+        self.within = within
+        self.excluded = frozenset(excluded)
+        self._dfa: ByteDFA | None = None
+
+    def contains(self, key: str) -> bool:
+        if key in self.excluded:
+            return False
+        return self.within is None or self.within.matches(key_text(key))
+
+    def both(self, other: KeySet) -> KeySet:
+        if self.within is None or other.within is None:
+            within = self.within or other.within
+        else:
+            within = dfa_and(self.within, other.within)
+        return KeySet(within, self.excluded | other.excluded)
+
+    def without(self, names) -> KeySet:
+        return KeySet(self.within, self.excluded | frozenset(names))
+
+    def restricted(self, dfa: ByteDFA, inside: bool) -> KeySet:
+        """The keys also in `dfa` (inside) or not in it."""
+        base = STRINGS if self.within is None else self.within
+        return KeySet(dfa_and(base, dfa) if inside else dfa_minus(base, dfa), self.excluded)
+
+    def is_empty(self) -> bool:
+        return self.within is not None and self.dfa.is_empty()
+
+    @property
+    def dfa(self) -> ByteDFA:
+        if self._dfa is None:
+            if self.within is None:
+                self._dfa = strings_except(self.excluded)
+            elif self.excluded:
+                self._dfa = dfa_minus(self.within, keys_dfa(sorted(self.excluded)))
+            else:
+                self._dfa = self.within
+        return self._dfa
+
+
 @dataclass(frozen=True)
 class Region:
-    """The keys (quoted JSON texts) governed by one value shape, outside the named keys."""
+    """The keys governed by one value shape, outside the named keys."""
 
-    keys: ByteDFA
+    keys: KeySet
     value: Shape
     evaluated: bool = False
     by_pattern: bool = False  # matched by a patternProperties pattern (so additional is moot)
@@ -144,9 +196,8 @@ class ObjectShape:
         """The value shape a key gets here (NOTHING when it may not appear)."""
         if key in self.named:
             return self.named[key]
-        text = key_text(key)
         for region in self.regions:
-            if region.keys.matches(text):
+            if region.keys.contains(key):
                 return Prop(region.value, region.evaluated)
         return Prop(NOTHING)
 
@@ -170,6 +221,42 @@ def keys_dfa(keys) -> ByteDFA:
     return dfa_from_strings([key_text(k) for k in keys])
 
 
+@lru_cache(maxsize=1024)
+def strings_except(excluded: frozenset[str]) -> ByteDFA:
+    """Every string but the `excluded` ones, built straight from their trie (plain ASCII keys,
+    the common case) instead of a product construction."""
+    if not excluded:
+        return STRINGS
+    if not all(k.isascii() and k.isprintable() and '"' not in k and "\\" not in k for k in excluded):
+        return dfa_minus(STRINGS, keys_dfa(sorted(excluded)))
+    inside = int(STRINGS.transitions[STRINGS.start, ord('"')])
+    end = int(STRINGS.transitions[inside, ord('"')])
+    n = STRINGS.n_states
+    children: list[dict[int, int]] = [{}]
+    terminal = [False]
+    for key in excluded:
+        node = 0
+        for b in key.encode():
+            nxt = children[node].get(b)
+            if nxt is None:
+                nxt = children[node][b] = len(children)
+                children.append({})
+                terminal.append(False)
+            node = nxt
+        terminal[node] = True
+    trans = np.zeros((n + len(children), 256), dtype=np.int32)
+    trans[:n] = STRINGS.transitions
+    trans[n:] = STRINGS.transitions[inside]
+    trans[STRINGS.start, ord('"')] = n
+    for node, edges in enumerate(children):
+        for b, child in edges.items():
+            trans[n + node, b] = n + child
+        trans[n + node, ord('"')] = 0 if terminal[node] else end
+    accepting = np.zeros(len(trans), dtype=bool)
+    accepting[:n] = STRINGS.accepting
+    return ByteDFA(trans, accepting, STRINGS.start, f"string except {sorted(excluded)[:5]}")
+
+
 # -- the universal and empty shapes --------------------------------------------------------------
 
 ANY = Shape("any")
@@ -177,7 +264,7 @@ NOTHING = Shape("nothing").fill(EMPTY, [], [])
 ANY.fill(
     SCALARS,
     [ArrayShape(items=ANY)],
-    [ObjectShape(regions=(Region(STRINGS, ANY),))],
+    [ObjectShape(regions=(Region(KeySet(), ANY),))],
 )
 ANY_ARRAY = ArrayShape(items=ANY)
 ANY_OBJECT = ANY.objects[0]
@@ -198,6 +285,8 @@ class _Memo(threading.local):
         self.keep: list = []  # operands of memoised results stay alive: ids are not reused
         self.conj: dict[tuple[int, int], Shape] = {}
         self.neg: dict[int, Shape] = {}
+        # operations on shapes not filled yet (recursion): (inputs, output, compute parts)
+        self.deferred: list[tuple[list[Shape], Shape, object]] = []
 
 
 _MEMO = _Memo()
@@ -242,6 +331,16 @@ def dfa_or(a: ByteDFA, b: ByteDFA) -> ByteDFA:
     return _dfa(a, b, "or")
 
 
+def dfa_union(dfas: list[ByteDFA]) -> ByteDFA:
+    """The union of many DFAs, combined pairwise in a balanced tree (n log n, not n^2)."""
+    dfas = [d for d in dfas if not d.is_empty()]
+    if not dfas:
+        return EMPTY
+    while len(dfas) > 1:
+        dfas = [dfa_or(*dfas[i : i + 2]) if i + 1 < len(dfas) else dfas[i] for i in range(0, len(dfas), 2)]
+    return dfas[0]
+
+
 # -- intersection ---------------------------------------------------------------------------------
 
 def intersect(a: Shape, b: Shape) -> Shape:
@@ -254,17 +353,42 @@ def intersect(a: Shape, b: Shape) -> Shape:
     got = _MEMO.conj.get(key)
     if got is not None:
         return got
-    if not (a.filled and b.filled):
-        raise ShapeUnsupported("a recursive reference combined with sibling keywords")
     out = _MEMO.conj[key] = Shape()
     _MEMO.keep.extend((a, b))
-    arrays = [
-        r for x in a.arrays for y in b.arrays if (r := _and_arrays(x, y)) is not None
-    ]
-    objects = [
-        r for x in a.objects for y in b.objects if (r := _and_objects(x, y)) is not None
-    ]
-    return out.fill(dfa_and(a.scalars, b.scalars), arrays, objects)
+    return later([a, b], out, lambda: _intersection(a, b))
+
+
+def _intersection(a: Shape, b: Shape) -> tuple:
+    arrays = [r for x in a.arrays for y in b.arrays if (r := _and_arrays(x, y)) is not None]
+    objects = [r for x in a.objects for y in b.objects if (r := _and_objects(x, y)) is not None]
+    return dfa_and(a.scalars, b.scalars), arrays, objects
+
+
+def later(inputs: list[Shape], out: Shape, parts) -> Shape:
+    """Fill `out` with ``parts()`` now if every input is filled, else once they are (`settle`)."""
+    if all(s.filled for s in inputs):
+        return out.fill(*parts())
+    _MEMO.deferred.append((inputs, out, parts))
+    return out
+
+
+def settle() -> None:
+    """Run the operations deferred on recursive shapes, until every one has run.
+
+    Raises:
+        ShapeUnsupported: some input never gets filled (a cycle of bare references).
+    """
+    while _MEMO.deferred:
+        jobs, _MEMO.deferred = _MEMO.deferred, []
+        waiting = []
+        for inputs, out, parts in jobs:
+            if all(s.filled for s in inputs):
+                out.fill(*parts())
+            else:
+                waiting.append((inputs, out, parts))
+        if len(waiting) == len(jobs) and not _MEMO.deferred:
+            raise ShapeUnsupported("a cycle of references that never reaches a schema")
+        _MEMO.deferred.extend(waiting)
 
 
 def _and_arrays(x: ArrayShape, y: ArrayShape) -> ArrayShape | None:
@@ -310,11 +434,10 @@ def _and_objects(x: ObjectShape, y: ObjectShape) -> ObjectShape | None:
         named[key] = Prop(intersect(px.value, py.value), px.evaluated or py.evaluated)
     if any(named[k].value is NOTHING for k in required if k in named):
         return None
-    taken = keys_dfa(named)
     regions = []
     for rx in x.regions:
         for ry in y.regions:
-            keys = dfa_minus(dfa_and(rx.keys, ry.keys), taken)
+            keys = rx.keys.both(ry.keys).without(named)
             if not keys.is_empty():
                 regions.append(
                     Region(
@@ -341,16 +464,14 @@ def union(shapes: list[Shape]) -> Shape:
         return shapes[0]
     if any(s is ANY for s in shapes):
         return ANY
-    for s in shapes:
-        if not s.filled:
-            raise ShapeUnsupported("a recursive reference inside anyOf / oneOf with siblings")
-    scalars = EMPTY
-    for s in shapes:
-        scalars = dfa_or(scalars, s.scalars)
-    return only(
-        scalars=scalars,
-        arrays=[a for s in shapes for a in s.arrays],
-        objects=[o for s in shapes for o in s.objects],
+    return later(
+        list(shapes),
+        Shape(),
+        lambda: (
+            dfa_union([s.scalars for s in shapes]),
+            [a for s in shapes for a in s.arrays],
+            [o for s in shapes for o in s.objects],
+        ),
     )
 
 
@@ -365,10 +486,12 @@ def complement(a: Shape) -> Shape:
     got = _MEMO.neg.get(id(a))
     if got is not None:
         return got
-    if not a.filled:
-        raise ShapeUnsupported("`not` of a recursive reference")
     out = _MEMO.neg[id(a)] = Shape()
     _MEMO.keep.append(a)
+    return later([a], out, lambda: _complement(a))
+
+
+def _complement(a: Shape) -> tuple:
     arrays = [ANY_ARRAY]
     for alt in a.arrays:
         arrays = [r for x in arrays for y in _not_array(alt) if (r := _and_arrays(x, y))]
@@ -377,7 +500,7 @@ def complement(a: Shape) -> Shape:
     for alt in a.objects:
         objects = [r for x in objects for y in _not_object(alt) if (r := _and_objects(x, y))]
         _check_size(objects)
-    return out.fill(dfa_minus(SCALARS, a.scalars), arrays, objects)
+    return dfa_minus(SCALARS, a.scalars), arrays, objects
 
 
 def _check_size(alternatives: list) -> None:
@@ -422,7 +545,7 @@ def _not_object(x: ObjectShape) -> list[ObjectShape]:
             out.append(_with_key(key, bad, required=True))
     covered = keys_dfa(x.named)
     for region in x.regions:
-        covered = dfa_or(covered, region.keys)
+        covered = dfa_or(covered, region.keys.dfa)
         if complement(region.value) is not NOTHING:
             raise ShapeUnsupported("`not` of patternProperties / additionalProperties")
     if not dfa_minus(STRINGS, covered).is_empty():
@@ -435,7 +558,7 @@ def _not_object(x: ObjectShape) -> list[ObjectShape]:
 
 
 def _with_key(key: str, value: Shape, *, required: bool) -> ObjectShape:
-    rest = Region(dfa_minus(STRINGS, keys_dfa([key])), ANY)
+    rest = Region(KeySet(excluded=frozenset([key])), ANY)
     return ObjectShape({key: Prop(value)}, (rest,), frozenset([key] if required else []))
 
 

@@ -20,6 +20,7 @@ from constrain.regex.dfa import (
     dfa_from_strings,
     dfa_from_table,
     quoted,
+    repeat_unit,
 )
 
 __all__ = [
@@ -31,4 +32,5 @@ __all__ = [
     "dfa_from_strings",
     "dfa_from_table",
     "quoted",
+    "repeat_unit",
 ]

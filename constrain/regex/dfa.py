@@ -26,6 +26,7 @@ from constrain.regex._utf8 import MAX_CODE_POINT, json_sequences, utf8_sequences
 
 DEAD = 0
 _FORCED_CAP = 4096
+_MERGE_LIMIT = 600  # products larger than this are pruned but not minimised (Moore is O(n * depth))
 
 CodeRanges = tuple[tuple[int, int], ...]
 
@@ -116,13 +117,13 @@ def _complement(ranges: CodeRanges) -> CodeRanges:
 
 
 def _ranges_of(chars: Iterable[str]) -> CodeRanges:
-    out: list[list[int]] = []
-    for cp in sorted(map(ord, chars)):
-        if out and out[-1][1] + 1 == cp:
-            out[-1][1] = cp
-        else:
-            out.append([cp, cp])
-    return tuple((lo, hi) for lo, hi in out)
+    points = np.unique(np.fromiter(map(ord, chars), dtype=np.int64))
+    if not len(points):
+        return ()
+    breaks = np.flatnonzero(np.diff(points) != 1)
+    starts = np.concatenate(([points[0]], points[breaks + 1]))
+    ends = np.concatenate((points[breaks], [points[-1]]))
+    return tuple(zip(starts.tolist(), ends.tolist()))
 
 
 _NEWLINE = _ranges_of("\n")
@@ -318,10 +319,38 @@ def _live(trans: np.ndarray, accepting: np.ndarray) -> np.ndarray:
     return live
 
 
+_MIX = np.random.default_rng(0).integers(1, 2**62, size=(257,), dtype=np.int64) | 1
+
+
+def _refine(cls: np.ndarray, n_classes: int, compact: np.ndarray, acc: np.ndarray):
+    """Moore refinement to the coarsest congruence. Rows are compared through 64-bit hashes
+    (one cheap 1-D unique per round); the result is then checked exactly, and recomputed with
+    exact row comparison in the (astronomically unlikely) case a collision merged two states."""
+    hashed, initial = cls, n_classes
+    while True:
+        signature = hashed * _MIX[0] + (hashed[compact] * _MIX[1 : compact.shape[1] + 1]).sum(1)
+        _, hashed = np.unique(signature, return_inverse=True)
+        hashed = hashed.ravel()
+        if hashed.max() + 1 == n_classes:
+            break
+        n_classes = int(hashed.max()) + 1
+    rows = np.column_stack([acc, hashed, hashed[compact]])
+    if len(np.unique(rows, axis=0)) == n_classes:
+        return hashed, n_classes
+    n_classes = initial
+    while True:  # exact fallback
+        _, cls = np.unique(np.column_stack([cls, cls[compact]]), axis=0, return_inverse=True)
+        cls = cls.ravel()
+        if cls.max() + 1 == n_classes:
+            return cls, n_classes
+        n_classes = int(cls.max()) + 1
+
+
 def _minimize(
-    trans: np.ndarray, accepting: np.ndarray, start: int
+    trans: np.ndarray, accepting: np.ndarray, start: int, merge: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Prune to reachable and live states and merge equivalent ones (Moore refinement).
+    """Prune to reachable and live states and merge equivalent ones (Moore refinement; skipped
+    when `merge` is false, e.g. for large products whose refinement would take long).
 
     `trans` is (n, k) with -1 for "no transition". The result is (m, k) with state 0 dead (all
     its transitions and every missing one lead to 0), start state 1, the others in BFS order;
@@ -343,28 +372,24 @@ def _minimize(
     compact = full[:, col_first]  # one column per class of symbols that behave alike
     cls = np.where(keep, acc.astype(np.int64) + 1, 0)
     n_classes = len(np.unique(cls))
-    while True:
-        ids: dict[tuple, int] = {}
-        signatures = np.column_stack([cls, cls[compact]]).tolist()
-        cls = np.array([ids.setdefault(tuple(sig), len(ids)) for sig in signatures])
-        if len(ids) == n_classes:
-            break
-        n_classes = len(ids)
+    if not merge:
+        cls = np.where(keep, np.cumsum(keep), 0)
+        n_classes = int(cls.max()) + 1
+    if merge:
+        cls, n_classes = _refine(cls, n_classes, compact, acc)
     rep = np.zeros(n_classes, dtype=np.int64)
     rep[cls[::-1]] = np.arange(n - 1, -1, -1)  # a representative state of each class
     class_trans = cls[full[rep]]
     number = np.full(n_classes, -1, dtype=np.int64)
     number[cls[0]] = 0
     number[cls[start]] = 1
-    queue, next_id, head = [int(cls[start])], 2, 0
-    while head < len(queue):
-        c = queue[head]
-        head += 1
-        for d in np.unique(class_trans[c]).tolist():
-            if number[d] < 0:
-                number[d] = next_id
-                next_id += 1
-                queue.append(d)
+    frontier, next_id = np.array([cls[start]]), 2
+    while frontier.size:  # breadth-first numbering, one level at a time
+        reached = np.unique(class_trans[frontier])
+        fresh = reached[number[reached] < 0]
+        number[fresh] = np.arange(next_id, next_id + fresh.size)
+        next_id += fresh.size
+        frontier = fresh
     valid = number >= 0
     out = np.zeros((next_id, trans.shape[1]), dtype=np.int32)
     out_acc = np.zeros(next_id, dtype=bool)
@@ -504,37 +529,39 @@ def combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, max_states: int = 100
     """
     if op not in ("and", "or", "minus"):
         raise ValueError(f"unknown operation {op!r}")
-    width = b.n_states
-    index = {(a.start, b.start): 0}
-    pairs = [(a.start, b.start)]
-    rows = []
-    while len(rows) < len(pairs):
-        p, q = pairs[len(rows)]
-        keys = a.transitions[p].astype(np.int64) * width + b.transitions[q]
-        distinct, inverse = np.unique(keys, return_inverse=True)
-        targets = []
-        for key in distinct.tolist():
-            x, y = divmod(key, width)
-            if (x == DEAD and (op != "or" or y == DEAD)) or (op == "and" and y == DEAD):
-                targets.append(-1)
-                continue
-            state = index.get((x, y))
-            if state is None:
-                if len(pairs) >= max_states:
-                    raise RegexError(
-                        f"combining /{a.pattern}/ and /{b.pattern}/ exceeds {max_states} states"
-                    )
-                state = index[(x, y)] = len(pairs)
-                pairs.append((x, y))
-            targets.append(state)
-        rows.append(np.array(targets, dtype=np.int64)[inverse.ravel()])
-    verdict = {
-        "and": lambda x, y: x and y,
-        "or": lambda x, y: x or y,
-        "minus": lambda x, y: x and not y,
-    }[op]
-    accepting = np.array([verdict(a.accepting[x], b.accepting[y]) for x, y in pairs])
-    table, acc = _minimize(np.stack(rows), accepting, 0)
+    width = np.int64(b.n_states)
+    order = [np.array([a.start * width + b.start], dtype=np.int64)]  # pair keys, level by level
+    known = order[0]
+    levels = []
+    frontier = order[0]
+    total = 1
+    while frontier.size:  # breadth first, one level of pairs at a time
+        x, y = np.divmod(frontier, width)
+        keys = a.transitions[x].astype(np.int64) * width + b.transitions[y]
+        kx, ky = np.divmod(keys, width)
+        dead = (kx == DEAD) & ((ky == DEAD) | (op != "or"))
+        if op == "and":
+            dead |= ky == DEAD
+        keys[dead] = -1
+        levels.append(keys)
+        fresh = np.setdiff1d(np.unique(keys[~dead]), known, assume_unique=True)
+        total += fresh.size
+        if total > max_states:
+            raise RegexError(
+                f"combining /{a.pattern}/ and /{b.pattern}/ exceeds {max_states} states"
+            )
+        known = np.union1d(known, fresh)
+        order.append(fresh)
+        frontier = fresh
+    pairs = np.concatenate(order)
+    sorter = np.argsort(pairs)
+    table = np.concatenate(levels)
+    live = table >= 0
+    table[live] = sorter[np.searchsorted(pairs, table[live], sorter=sorter)]
+    x, y = np.divmod(pairs, width)
+    ax, by = a.accepting[x], b.accepting[y]
+    accepting = {"and": ax & by, "or": ax | by, "minus": ax & ~by}[op]
+    table, acc = _minimize(table, accepting, 0, merge=len(pairs) <= _MERGE_LIMIT)
     return ByteDFA(table, acc, 1 if len(table) > 1 else DEAD, pattern)
 
 
@@ -561,8 +588,37 @@ def quoted(body: ByteDFA, quote: int = 0x22) -> ByteDFA:
     trans[ends, quote] = n + 1
     accepting = np.zeros(n + 2, dtype=bool)
     accepting[n + 1] = True
-    name = chr(quote) + body.pattern + chr(quote)
-    return dfa_from_table(np.where(trans[1:] == DEAD, -1, trans[1:] - 1), accepting[1:], 0, name)
+    # minimal already: body states keep their distinctions (acceptance became "has a quote")
+    return ByteDFA(trans, accepting, 1, chr(quote) + body.pattern + chr(quote))
+
+
+def repeat_unit(unit: ByteDFA, low: int, high: int | None) -> ByteDFA:
+    """The DFA of `unit` repeated low..high times (high None: unbounded), for a unit whose
+    accepting states have no way out (one character, say): copies chained end to start."""
+    if unit.accepting.any() and unit.transitions[unit.accepting].any():
+        raise ValueError(f"/{unit.pattern}/ continues after accepting")
+    if high is not None and high < low:
+        return dfa_from_strings([])
+    final = np.flatnonzero(unit.accepting)
+    inner = [q for q in range(1, unit.n_states) if not unit.accepting[q]]  # start first
+    k = len(inner)
+    copies = (high if high is not None else low + 1) + 1  # the last copy is the end state
+    position = np.zeros(unit.n_states, dtype=np.int64)
+    position[inner] = np.arange(k)
+    trans = np.zeros((1 + copies * k, 256), dtype=np.int32)
+    accepting = np.zeros(1 + copies * k, dtype=bool)
+    for j in range(copies - 1):
+        base = 1 + j * k
+        rows = unit.transitions[inner].astype(np.int64)
+        into_final = np.isin(rows, final)
+        nxt = j + 1 if (high is not None or j < low) else j  # unbounded: copy `low` loops
+        mapped = np.where(into_final, 1 + nxt * k, base + position[rows])
+        trans[base : base + k] = np.where(rows == DEAD, DEAD, mapped)
+        accepting[base] = j >= low
+    last = 1 + (copies - 1) * k
+    accepting[last] = high is not None and high >= low
+    keep = 1 + (copies - 1) * k + (1 if high is not None else 0)
+    return ByteDFA(trans[:keep], accepting[:keep], 1, f"({unit.pattern}){{{low},{high or ''}}}")
 
 
 def dfa_from_byte_classes(classes: Sequence[Iterable[int]], pattern: str) -> ByteDFA:
