@@ -4,12 +4,41 @@ from __future__ import annotations
 
 import json
 
+import dataclasses
+import enum
+from typing import Annotated, Literal, Optional  # noqa: F401 (used by eval in a test)
+
+import annotated_types
 import jsonschema
 import numpy as np
+import pydantic
 import pytest
 
 import constrain as cn
 from constrain.errors import GrammarError, UnsupportedSchemaError
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: float
+    label: Optional[str] = None  # noqa: UP045
+
+
+@dataclasses.dataclass
+class Tree:
+    name: str
+    kids: list[Tree]
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Movie(pydantic.BaseModel):
+    title: str
+    year: Annotated[int, pydantic.Field(ge=1888)]
+
 
 SCHEMAS = [
     {"type": "integer", "minimum": -15, "maximum": 123},
@@ -61,6 +90,27 @@ SCHEMAS = [
         "items": {"$ref": "#/definitions/n"},
     },
     True,
+    {"type": "number", "minimum": 0.5, "exclusiveMaximum": 10.25, "multipleOf": 0.25},
+    {"type": "integer", "multipleOf": 3, "not": {"enum": [0, 9]}},
+    {"type": "string", "pattern": "^(a|b)+$", "not": {"const": "ab"}},
+    {"allOf": [{"type": ["string", "integer"]}, {"maxLength": 2}, {"maximum": 3}]},
+    {"oneOf": [{"type": "integer"}, {"minimum": 2}]},
+    {"if": {"type": "integer"}, "then": {"minimum": 3}, "else": {"type": "string"}},
+    {"type": "object", "patternProperties": {"^a": {"type": "integer"}, "b$": {"minimum": 2}}},
+    {"type": "object", "propertyNames": {"maxLength": 1}, "minProperties": 1, "maxProperties": 2},
+    {"type": "object", "dependentRequired": {"a": ["b"]}, "properties": {"a": {}, "b": {}}},
+    {"type": "object", "dependentSchemas": {"x": {"required": ["y"]}}},
+    {"type": "array", "contains": {"type": "null"}, "minContains": 1, "maxContains": 2},
+    {"type": "array", "prefixItems": [{"type": "integer"}], "unevaluatedItems": {"type": "null"}},
+    {
+        "type": "object",
+        "properties": {"a": {}},
+        "anyOf": [{"properties": {"b": {}}, "required": ["b"]}, {"required": ["x"]}],
+        "unevaluatedProperties": False,
+    },
+    {"$id": "https://example.com/root", "$defs": {"n": {"$anchor": "num", "type": "integer"}},
+     "type": "array", "items": {"$ref": "#num"}},
+    {"not": {"type": "object", "required": ["a"]}},
 ]
 
 INSTANCES = [
@@ -134,6 +184,24 @@ INSTANCES = [
     {"next": {"next": {}}},
     {"next": 1},
     {"a": {"b": [1, {"c": None}]}},
+    0.75,
+    10.25,
+    10.0,
+    "ab",
+    "abab",
+    "ba",
+    [None],
+    [None, None, None],
+    [1, None],
+    [None, 1, None],
+    {"ab": 1},
+    {"ab": 5},
+    {"b": 1},
+    {"zb": 3},
+    {"a": 1, "b": None},
+    {"a": "x", "b": "y", "x": 1},
+    {"x": 1, "y": None},
+    {"b": 2, "a": 1},
 ]
 
 
@@ -199,17 +267,17 @@ def test_masks_under_a_schema_match_brute_force(smollm_vocab):
 @pytest.mark.parametrize(
     ("schema", "keyword", "pointer"),
     [
-        (
-            {"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 3}}},
-            "multipleOf",
-            "/properties/a",
-        ),
-        ({"oneOf": [{"type": "string"}, {"type": "integer"}]}, "oneOf", "#"),
         ({"type": "array", "items": {"uniqueItems": True}}, "uniqueItems", "/items"),
-        ({"type": "string", "format": "hostname"}, "format", "#"),
+        ({"type": "string", "format": "idn-hostname"}, "format", "#"),
         ({"$ref": "https://example.com/s.json"}, "$ref", "#"),
         ({"$ref": "#/$defs/missing"}, "$ref", "#"),
-        ({"type": "number", "minimum": 0.5}, "minimum", "#"),
+        ({"properties": {"p": {"pattern": "(?=a)b"}}}, "pattern", "/properties/p"),
+        (
+            {"oneOf": [{"additionalProperties": {"type": "integer"}}, {"type": "object"}]},
+            "oneOf",
+            "#",
+        ),
+        ({"type": "integer", "multipleOf": 0.123456789}, "multipleOf", "#"),
     ],
 )
 def test_unsupported_keywords_are_named_with_their_pointer(schema, keyword, pointer):
@@ -220,12 +288,71 @@ def test_unsupported_keywords_are_named_with_their_pointer(schema, keyword, poin
 
 
 def test_lenient_drops_with_a_warning():
-    with pytest.warns(UserWarning, match="multipleOf at /properties/a"):
-        cn.Grammar.from_json_schema(
-            {"properties": {"a": {"type": "integer", "multipleOf": 3}}}, lenient=True
+    with pytest.warns(UserWarning, match="uniqueItems at /properties/a"):
+        grammar = cn.Grammar.from_json_schema(
+            {"properties": {"a": {"type": "array", "uniqueItems": True}}}, lenient=True
         )
+    assert grammar.matches('{"a":[1,1]}')  # dropped, and said so
 
 
 def test_unsatisfiable_schema_is_an_error_at_compile_time():
     with pytest.raises(GrammarError, match="empty"):
         cn.Grammar.from_json_schema({"type": "integer", "minimum": 5, "maximum": 4})
+
+
+def test_pretty_whitespace_is_exactly_json_dumps_indent():
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "array", "items": {"type": "integer"}}, "b": {}},
+    }
+    grammar = cn.Grammar.from_json_schema(schema, whitespace="pretty", indent=3)
+    for value in [{"a": [1, 2], "b": {"c": [None, {}]}}, {"a": []}, {}, {"b": []}]:
+        assert grammar.matches(json.dumps(value, indent=3))
+        assert not grammar.matches(json.dumps(value, indent=2)) or value == {}
+        assert not grammar.matches(json.dumps(value)) or value == {}
+
+
+def test_any_order_admits_permutations_without_duplicates():
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a"],
+        "additionalProperties": {"type": "string"},
+    }
+    fixed = cn.Grammar.from_json_schema(schema)
+    free = cn.Grammar.from_json_schema(schema, any_order=True)
+    assert fixed.matches('{"a":1,"b":2}') and not fixed.matches('{"b":2,"a":1}')
+    for text in ['{"b":2,"a":1}', '{"x":"s","a":1}', '{"a":1,"x":"s","b":2}']:
+        assert free.matches(text), text
+    for text in ['{"a":1,"a":2}', '{"b":2}', '{"a":1,"b":2,"b":3}', '{"a":1,"x":2}']:
+        assert not free.matches(text), text
+
+
+def test_strings_use_one_encoding_and_escapes_count_as_one_character():
+    grammar = cn.Grammar.from_json_schema({"type": "string", "maxLength": 2, "pattern": "^a"})
+    assert grammar.matches('"a\\n"') and grammar.matches('"a\\""') and grammar.matches('"aé"')
+    assert not grammar.matches('"a\\u00e9"')  # non-ASCII is written raw, never escaped
+    assert not grammar.matches('"a\\n\\n"')
+
+
+@pytest.mark.parametrize(
+    ("annotation", "good", "bad"),
+    [
+        ("Point", '{"x":1,"y":2.5,"label":null}', '{"x":1,"y":2.5,"label":3}'),
+        ("Tree", '{"name":"a","kids":[{"name":"b","kids":[]}]}', '{"name":"a","kids":[{}]}'),
+        ("Literal['x', 'y']", '"y"', '"z"'),
+        ("dict[str, Annotated[int, annotated_types.Ge(0)]]", '{"k":0}', '{"k":-1}'),
+        ("tuple[int, str]", '[1,"a"]', '[1,"a",2]'),
+        ("Color", '"red"', '"green"'),
+        ("Movie", '{"title":"T","year":1999}', '{"title":"T","year":1800}'),
+    ],
+)
+def test_grammar_from_python_types(annotation, good, bad):
+    grammar = cn.Grammar.from_type(eval(annotation))
+    assert grammar.matches(good)
+    assert not grammar.matches(bad)
+
+
+def test_unsupported_python_types_are_named():
+    with pytest.raises(TypeError, match="complex"):
+        cn.Grammar.from_type(complex)

@@ -127,6 +127,19 @@ class Grammar:
         return cls.from_ir(ir, kind="json_schema")
 
     @classmethod
+    def from_type(cls, annotation, **options) -> Grammar:
+        """The JSON documents of the values of a Python type: pydantic models, dataclasses,
+        TypedDict, `Literal`, `Enum`, `list[...]`, `tuple[...]`, `dict[str, ...]`, `Optional`,
+        unions and `Annotated` constraints. `options` are those of `from_json_schema`.
+
+        Raises:
+            TypeError: an annotation with no JSON Schema counterpart.
+        """
+        from constrain.jsonschema.types import schema_from_type
+
+        return cls.from_json_schema(schema_from_type(annotation), **options)
+
+    @classmethod
     def from_ir(cls, ir: GrammarIR, *, kind: str = "ir", source: str | None = None) -> Grammar:
         """A grammar from the IR (the target of every front end); validated here."""
         ir = ir.validated()

@@ -26,6 +26,7 @@ from constrain.jsonschema.shapes import (
     NOTHING,
     ArrayShape,
     ObjectShape,
+    Prop,
     Shape,
     ShapeUnsupported,
     complement,
@@ -37,6 +38,7 @@ from constrain.regex import ByteDFA, dfa_from_strings
 __all__ = ["WHITESPACE", "compile_schema"]
 
 WHITESPACE = {"compact": None, "default": r"[ \n]{1,40}"}
+_ABSENT = Prop(NOTHING)
 _MAX_ANY_ORDER = 10  # named properties per object with any_order=True (2**n member subsets)
 
 
@@ -186,7 +188,9 @@ class _Emitter:
                 lead = comma if i > 0 else ()
                 self.add(here, (*lead, self.value(item, depth + 1), states[(ni, nc)]))
         self.close(states.values())
-        self.add(name, (*self.punctuation("[", depth), states[(0, 0)], *self.punctuation("]", depth)))
+        self.add(
+            name, (*self.punctuation("[", depth), states[(0, 0)], *self.punctuation("]", depth))
+        )
         if a.min_items == 0 and (not counting or a.min_contains == 0):
             self.add(name, self.punctuation("[]", depth))
         return name
@@ -194,11 +198,12 @@ class _Emitter:
     def object(self, o: ObjectShape, depth: int) -> str:
         """Objects as a machine over (members written, property count, nothing written yet)."""
         name = self.fresh("obj")
+        if any(o.named.get(k, _ABSENT).value is NOTHING for k in o.required):
+            self.add(name, (self.nothing(),))  # a required key that may not appear
+            return name
         members = [(k, p.value) for k, p in o.named.items() if p.value is not NOTHING]
         colon, comma = self.punctuation(":", depth), self.punctuation(",", depth)
-        pairs = [
-            (self.key_lexeme(k), *colon, self.value(v, depth + 1)) for k, v in members
-        ]
+        pairs = [(self.key_lexeme(k), *colon, self.value(v, depth + 1)) for k, v in members]
         extra = None
         if o.regions:
             extra = f"{name}_extra"
@@ -258,7 +263,9 @@ class _Emitter:
             if finished and wrote and (not counting or c >= o.min_props):
                 self.add(here, ())
         self.close(states.values())
-        self.add(name, (*self.punctuation("{", depth), states[start], *self.punctuation("}", depth)))
+        self.add(
+            name, (*self.punctuation("{", depth), states[start], *self.punctuation("}", depth))
+        )
         if not o.required and o.min_props == 0:
             self.add(name, self.punctuation("{}", depth))
         return name
@@ -312,6 +319,4 @@ def compile_schema(
         warnings.warn(
             "lenient JSON Schema compile dropped: " + "; ".join(normalizer.dropped), stacklevel=2
         )
-    return GrammarIR(
-        "start", emitter.rules, emitter.lexemes, [], source=json.dumps(schema)[:200]
-    )
+    return GrammarIR("start", emitter.rules, emitter.lexemes, [], source=json.dumps(schema)[:200])

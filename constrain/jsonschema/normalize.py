@@ -210,16 +210,18 @@ class Normalizer:
         for keyword, key, need in pairs:
             where = f"{ptr}/{keyword}/{_escape(key)}"
             if isinstance(need, list):
-                demand = _object_only(ObjectShape(
-                    {k: Prop(ANY) for k in [key, *need]},
-                    (Region(KeySet(excluded=frozenset([key, *need])), ANY),),
-                    frozenset([key, *need]),
-                ))
+                demand = _object_only(
+                    ObjectShape(
+                        {k: Prop(ANY) for k in [key, *need]},
+                        (Region(KeySet(excluded=frozenset([key, *need])), ANY),),
+                        frozenset([key, *need]),
+                    )
+                )
             else:
-                demand = intersect(self.shape(need, where, scope), _with_required(key))
-            without = _object_only(ObjectShape(
-                {key: Prop(NOTHING)}, (Region(KeySet(excluded=frozenset([key])), ANY),)
-            ))
+                demand = intersect(_with_required(key), self.shape(need, where, scope))
+            without = _object_only(
+                ObjectShape({key: Prop(NOTHING)}, (Region(KeySet(excluded=frozenset([key])), ANY),))
+            )
             out.append(union([_non_objects(), without, demand]))
         return out
 
@@ -269,9 +271,10 @@ class Normalizer:
                 continue  # draft 4 booleans are read with their minimum / maximum below
             value = _decimal(s[keyword], keyword, ptr)
             lower = "inimum" in keyword
-            strict = keyword.startswith("exclusive") or s.get(
-                "exclusiveMinimum" if lower else "exclusiveMaximum"
-            ) is True
+            strict = (
+                keyword.startswith("exclusive")
+                or s.get("exclusiveMinimum" if lower else "exclusiveMaximum") is True
+            )
             dfa = dfa_and(dfa, _dfa(bound_regex(value, strict, lower)))
         if "multipleOf" in s:
             step = _decimal(s["multipleOf"], "multipleOf", ptr)
@@ -340,7 +343,10 @@ class Normalizer:
     def _object(self, s: Mapping, ptr: str, scope) -> list[ObjectShape]:
         properties = s.get("properties", {})
         patterns = [
-            (self._key_pattern(p, ptr), self.shape(sub, f"{ptr}/patternProperties/{_escape(p)}", scope))
+            (
+                self._key_pattern(p, ptr),
+                self.shape(sub, f"{ptr}/patternProperties/{_escape(p)}", scope),
+            )
             for p, sub in s.get("patternProperties", {}).items()
         ]
         has_additional = "additionalProperties" in s
@@ -472,9 +478,7 @@ def _cover_object(o: ObjectShape, extra: Shape) -> ObjectShape:
 def _cover_array(a: ArrayShape, extra: Shape) -> ArrayShape:
     if a.rest_evaluated:
         return a
-    prefix = tuple(
-        x if i < a.evaluated else intersect(x, extra) for i, x in enumerate(a.prefix)
-    )
+    prefix = tuple(x if i < a.evaluated else intersect(x, extra) for i, x in enumerate(a.prefix))
     return ArrayShape(
         prefix,
         intersect(a.items, extra),
@@ -565,4 +569,3 @@ def _culprit(schema: Mapping) -> str:
         if keyword in schema:
             return keyword
     return next(iter(schema), "")
-

@@ -189,9 +189,15 @@ def _magnitudes_at_most(bound: Decimal, strict: bool) -> str | None:
 def bound_regex(bound: Decimal, strict: bool, lower: bool) -> str:
     """Number texts x with x >= bound (lower) or x <= bound, strict or not. ``-0`` is 0."""
     if lower:
-        positive, negative = _magnitudes_at_least(bound, strict), _magnitudes_at_most(-bound, strict)
+        positive, negative = (
+            _magnitudes_at_least(bound, strict),
+            _magnitudes_at_most(-bound, strict),
+        )
     else:
-        positive, negative = _magnitudes_at_most(bound, strict), _magnitudes_at_least(-bound, strict)
+        positive, negative = (
+            _magnitudes_at_most(bound, strict),
+            _magnitudes_at_least(-bound, strict),
+        )
     parts = [f"(?:{positive})"] if positive else []
     if negative:
         parts.append(f"-(?:{negative})")
@@ -214,7 +220,9 @@ def multiple_of_dfa(step: Decimal, max_states: int = 200_000) -> ByteDFA:
         p *= 10**exponent
     n_states = p * (d + 2)
     if n_states > max_states:
-        raise ValueError(f"multipleOf {step} needs {n_states} automaton states (limit {max_states})")
+        raise ValueError(
+            f"multipleOf {step} needs {n_states} automaton states (limit {max_states})"
+        )
     # states: 0 dead; integer part with residue r -> 1 + r; after the point with k fraction
     # digits read (k <= d) and residue r -> 1 + (k + 1) * p + r
     trans = np.full((n_states + 1, 256), -1, dtype=np.int64)

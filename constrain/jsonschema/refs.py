@@ -87,8 +87,7 @@ class Resources:
             resource = self.resources.get(target)
             if resource is None:
                 raise UnsupportedSchemaError(
-                    f"reference {ref!r} leaves the document (remote references are not "
-                    "supported)",
+                    f"reference {ref!r} leaves the document (remote references are not supported)",
                     keyword,
                     pointer,
                 )
@@ -112,9 +111,7 @@ class Resources:
             base = self.base_of.get(id(node), base)
         return Location(node, base, where)
 
-    def dynamic_target(
-        self, ref: str, base: str, scope: tuple[str, ...], pointer: str
-    ) -> Location:
+    def dynamic_target(self, ref: str, base: str, scope: tuple[str, ...], pointer: str) -> Location:
         """`$dynamicRef`: the static target, unless it is a dynamic anchor, in which case the
         outermost resource of the dynamic scope that declares the same dynamic anchor."""
         static = self.resolve(ref, base, "$dynamicRef", pointer)

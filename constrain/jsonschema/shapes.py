@@ -77,9 +77,7 @@ class Shape:
         self.filled = False
         self.name = name
 
-    def fill(
-        self, scalars: ByteDFA, arrays: list[ArrayShape], objects: list[ObjectShape]
-    ) -> Shape:
+    def fill(self, scalars: ByteDFA, arrays: list[ArrayShape], objects: list[ObjectShape]) -> Shape:
         if len(arrays) > _MAX_ALTERNATIVES or len(objects) > _MAX_ALTERNATIVES:
             raise ShapeUnsupported(f"more than {_MAX_ALTERNATIVES} alternatives for one value")
         self.scalars, self.arrays, self.objects, self.filled = scalars, arrays, objects, True
@@ -227,7 +225,9 @@ def strings_except(excluded: frozenset[str]) -> ByteDFA:
     the common case) instead of a product construction."""
     if not excluded:
         return STRINGS
-    if not all(k.isascii() and k.isprintable() and '"' not in k and "\\" not in k for k in excluded):
+    if not all(
+        k.isascii() and k.isprintable() and '"' not in k and "\\" not in k for k in excluded
+    ):
         return dfa_minus(STRINGS, keys_dfa(sorted(excluded)))
     inside = int(STRINGS.transitions[STRINGS.start, ord('"')])
     end = int(STRINGS.transitions[inside, ord('"')])
@@ -275,6 +275,7 @@ def only(*, scalars: ByteDFA = EMPTY, arrays=(), objects=()) -> Shape:
 
 
 # -- DFA algebra with fast paths -------------------------------------------------------------------
+
 
 class _Memo(threading.local):
     """Results memoised on operand identities, for one compilation in one thread (`fresh`
@@ -337,11 +338,15 @@ def dfa_union(dfas: list[ByteDFA]) -> ByteDFA:
     if not dfas:
         return EMPTY
     while len(dfas) > 1:
-        dfas = [dfa_or(*dfas[i : i + 2]) if i + 1 < len(dfas) else dfas[i] for i in range(0, len(dfas), 2)]
+        dfas = [
+            dfa_or(*dfas[i : i + 2]) if i + 1 < len(dfas) else dfas[i]
+            for i in range(0, len(dfas), 2)
+        ]
     return dfas[0]
 
 
 # -- intersection ---------------------------------------------------------------------------------
+
 
 def intersect(a: Shape, b: Shape) -> Shape:
     """The shape of the values matching both (``allOf``)."""
@@ -477,6 +482,7 @@ def union(shapes: list[Shape]) -> Shape:
 
 # -- complement -----------------------------------------------------------------------------------
 
+
 def complement(a: Shape) -> Shape:
     """The shape of the values *not* matching `a` (``not``), without annotations."""
     if a is ANY:
@@ -526,7 +532,9 @@ def _not_array(x: ArrayShape) -> list[ArrayShape]:
         out.append(ArrayShape(contains=bad_rest, min_contains=1))
     if x.contains is not None:
         if x.min_contains > 0:
-            out.append(ArrayShape(contains=x.contains, min_contains=0, max_contains=x.min_contains - 1))
+            out.append(
+                ArrayShape(contains=x.contains, min_contains=0, max_contains=x.min_contains - 1)
+            )
         if x.max_contains is not None:
             out.append(ArrayShape(contains=x.contains, min_contains=x.max_contains + 1))
     if x.unique:
