@@ -17,6 +17,7 @@ import pytest
 import constrain as cn
 from constrain.errors import GrammarError, UnsupportedSchemaError
 
+
 @dataclasses.dataclass
 class Point:
     x: int
@@ -108,8 +109,12 @@ SCHEMAS = [
         "anyOf": [{"properties": {"b": {}}, "required": ["b"]}, {"required": ["x"]}],
         "unevaluatedProperties": False,
     },
-    {"$id": "https://example.com/root", "$defs": {"n": {"$anchor": "num", "type": "integer"}},
-     "type": "array", "items": {"$ref": "#num"}},
+    {
+        "$id": "https://example.com/root",
+        "$defs": {"n": {"$anchor": "num", "type": "integer"}},
+        "type": "array",
+        "items": {"$ref": "#num"},
+    },
     {"not": {"type": "object", "required": ["a"]}},
 ]
 

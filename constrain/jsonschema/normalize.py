@@ -41,6 +41,7 @@ from constrain.jsonschema.shapes import (
     complement,
     dfa_and,
     dfa_or,
+    difference,
     intersect,
     is_empty,
     key_text,
@@ -54,6 +55,7 @@ __all__ = ["Normalizer"]
 
 _TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 _ANY_CHAR = r"(?:[^\n]|\n)"  # every character (a negated class stays small)
+_MAX_LENGTH_STATES = 40_000  # a string length bound is a chain of this many states at most
 _LEGACY = ("draft-04", "draft-06", "draft-07", "draft4", "draft6", "draft7")
 
 
@@ -117,6 +119,9 @@ class Normalizer:
         except ShapeUnsupported as exc:
             self.unsupported(str(exc), _culprit(schema), pointer)
             result = ANY
+        except RegexError as exc:
+            self.unsupported(f"an automaton limit was reached: {exc}", _culprit(schema), pointer)
+            result = ANY
         finally:
             self.depth -= 1
             del self.pending[key]
@@ -155,9 +160,7 @@ class Normalizer:
             condition = self.shape(s["if"], f"{ptr}/if", scope)
             then = self.shape(s.get("then", True), f"{ptr}/then", scope)
             other = self.shape(s.get("else", True), f"{ptr}/else", scope)
-            parts.append(
-                union([intersect(condition, then), intersect(complement(condition), other)])
-            )
+            parts.append(union([intersect(condition, then), difference(other, condition)]))
         parts.extend(self._dependencies(s, ptr, scope))
         result = ANY
         for part in sorted(parts, key=lambda p: p is not ANY):
@@ -188,7 +191,7 @@ class Normalizer:
             for j, other in enumerate(branches):
                 if i != j and not is_empty(intersect(branch, other)):
                     try:
-                        part = intersect(part, complement(other))
+                        part = difference(part, other)
                     except ShapeUnsupported as exc:
                         raise UnsupportedSchemaError(
                             f"oneOf branches {i} and {j} may overlap and the overlap cannot be "
@@ -291,6 +294,15 @@ class Normalizer:
         low, high = s.get("minLength", 0), s.get("maxLength")
         if low or high is not None:
             char = _dfa(_ANY_CHAR, encoding="json")
+            size = (high if high is not None else low) * char.n_states
+            if size > _MAX_LENGTH_STATES:
+                keyword = "maxLength" if high is not None else "minLength"
+                raise UnsupportedSchemaError(
+                    f"{keyword} {high if high is not None else low} needs {size} automaton "
+                    f"states (limit {_MAX_LENGTH_STATES})",
+                    keyword,
+                    ptr,
+                )
             dfa = quoted(repeat_unit(char, int(low), None if high is None else int(high)))
         if "pattern" in s:
             search = _search(s["pattern"])

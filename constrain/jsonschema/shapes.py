@@ -35,6 +35,7 @@ __all__ = [
     "Shape",
     "ShapeUnsupported",
     "complement",
+    "difference",
     "fresh",
     "intersect",
     "is_empty",
@@ -542,8 +543,44 @@ def _not_array(x: ArrayShape) -> list[ArrayShape]:
     return out
 
 
-def _not_object(x: ObjectShape) -> list[ObjectShape]:
-    """Objects violating one constraint of `x` (a union)."""
+def difference(a: Shape, b: Shape) -> Shape:
+    """The values of `a` that do not match `b`: ``a and not b``, where "some key has a bad
+    value" parts of ``not b`` only range over the keys objects of `a` may have (so objects
+    with a finite key set never need an unexpressible complement)."""
+    if b is NOTHING or a is NOTHING:
+        return a
+    if b is ANY:
+        return NOTHING
+    key = ("diff", id(a), id(b))
+    got = _MEMO.conj.get(key)
+    if got is not None:
+        return got
+    out = _MEMO.conj[key] = Shape()
+    _MEMO.keep.extend((a, b))
+
+    def parts() -> tuple:
+        arrays = [r for x in a.arrays for y in complement(b).arrays if (r := _and_arrays(x, y))]
+        objects = []
+        for alt in a.objects:
+            alts = [alt]
+            for other in b.objects:
+                alts = [
+                    r
+                    for x in alts
+                    for y in _not_object(other, within=alt)
+                    if (r := _and_objects(x, y))
+                ]
+                _check_size(alts)
+            objects.extend(alts)
+        return dfa_minus(a.scalars, b.scalars), arrays, objects
+
+    return later([a, b], out, parts)
+
+
+def _not_object(x: ObjectShape, within: ObjectShape | None = None) -> list[ObjectShape]:
+    """Objects violating one constraint of `x` (a union); with `within`, only those shaped
+    like it are needed, which makes "some key has a bad value" finite when `within` has no
+    key regions."""
     out = []
     for key in x.required:
         out.append(_with_key(key, NOTHING, required=False))
@@ -551,13 +588,22 @@ def _not_object(x: ObjectShape) -> list[ObjectShape]:
         bad = complement(prop.value)
         if bad is not NOTHING:
             out.append(_with_key(key, bad, required=True))
-    covered = keys_dfa(x.named)
-    for region in x.regions:
-        covered = dfa_or(covered, region.keys.dfa)
-        if complement(region.value) is not NOTHING:
-            raise ShapeUnsupported("`not` of patternProperties / additionalProperties")
-    if not dfa_minus(STRINGS, covered).is_empty():
-        raise ShapeUnsupported("`not` of an object schema that forbids some keys")
+    if within is not None and not within.regions:  # finitely many keys: name the bad ones
+        for key in within.named:
+            if key in x.named:
+                continue
+            allowed = x.lookup(key).value
+            bad = complement(allowed)
+            if bad is not NOTHING:
+                out.append(_with_key(key, bad, required=True))
+    else:
+        covered = keys_dfa(x.named)
+        for region in x.regions:
+            covered = dfa_or(covered, region.keys.dfa)
+            if complement(region.value) is not NOTHING:
+                raise ShapeUnsupported("`not` of patternProperties / additionalProperties")
+        if not dfa_minus(STRINGS, covered).is_empty():
+            raise ShapeUnsupported("`not` of an object schema that forbids some keys")
     if x.min_props > 0:
         out.append(replace(ANY_OBJECT, max_props=x.min_props - 1))
     if x.max_props is not None:

@@ -463,7 +463,8 @@ def _to_bytes(
             if a == len(row) or row[a] != row[lo]:
                 if row[lo] != DEAD:
                     items.extend(
-                        (seq, row[lo]) for seq in _sequences(atoms[lo][0], atoms[a - 1][1], encoding)
+                        (seq, row[lo])
+                        for seq in _sequences(atoms[lo][0], atoms[a - 1][1], encoding)
                     )
                 lo = a
         builder.rows[state] = builder.edges(items)
@@ -547,9 +548,7 @@ def combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, max_states: int = 100
         fresh = np.setdiff1d(np.unique(keys[~dead]), known, assume_unique=True)
         total += fresh.size
         if total > max_states:
-            raise RegexError(
-                f"combining /{a.pattern}/ and /{b.pattern}/ exceeds {max_states} states"
-            )
+            raise RegexError(f"the {op} of two automata exceeds {max_states} states", pattern[:200])
         known = np.union1d(known, fresh)
         order.append(fresh)
         frontier = fresh
