@@ -56,6 +56,7 @@ class _Emitter:
         self.names: dict[tuple, str] = {}
         self.scalar_lexemes: dict[int, str] = {}
         self.defined: set[str] = set()
+        self.notes: list[str] = []  # narrowings worth a warning
 
     def close(self, states) -> None:
         """Give the states of a machine that have no way out a rule that derives nothing."""
@@ -213,13 +214,9 @@ class _Emitter:
         counting = o.min_props > 0 or o.max_props is not None
         cap = o.max_props if o.max_props is not None else o.min_props
         required = {i for i, (k, _) in enumerate(members) if k in o.required}
-        if self.any_order and len(members) > _MAX_ANY_ORDER:
-            raise UnsupportedSchemaError(
-                f"any_order supports at most {_MAX_ANY_ORDER} named properties per object, "
-                f"not {len(members)}",
-                "properties",
-                "",
-            )
+        any_order = self.any_order and len(members) <= _MAX_ANY_ORDER
+        if self.any_order and not any_order:  # exact any order needs 2**n states: narrower
+            self.notes.append(f"an object with {len(members)} properties keeps schema order")
 
         def bump(c: int) -> int | None:
             if not counting:
@@ -244,7 +241,7 @@ class _Emitter:
             done, c, wrote = state = todo.pop()
             here = states[state]
             lead = comma if wrote else ()
-            if self.any_order:
+            if any_order:
                 finished = all(done >> i & 1 for i in required)
                 for i, pair in enumerate(pairs):
                     if not done >> i & 1 and (nc := bump(c)) is not None:
@@ -290,7 +287,9 @@ def compile_schema(
         whitespace: "compact" (none), "default" (up to 40 spaces/newlines around punctuation,
             which admits `json.dumps` output with or without indentation), "pretty" (exactly
             the layout of ``json.dumps(value, indent=indent)``), or a regex for it.
-        any_order: admit object members in any order (default: schema order, then extra keys).
+        any_order: admit object members in any order (default: schema order, then extra keys);
+            objects with more than 10 named properties keep schema order (with a warning):
+            exact free order needs a state per subset of properties.
         lenient: drop what cannot be expressed (with a warning listing it) instead of raising.
         max_rules: limit on the size of the grammar.
 
@@ -315,6 +314,12 @@ def compile_schema(
     except ShapeUnsupported as exc:
         raise UnsupportedSchemaError(str(exc), None, "") from None
     emitter.add("start", (start,))
+    if emitter.notes:
+        warnings.warn(
+            f"any_order: at most {_MAX_ANY_ORDER} properties per object are ordered freely; "
+            + "; ".join(sorted(set(emitter.notes))),
+            stacklevel=2,
+        )
     if normalizer.dropped:
         warnings.warn(
             "lenient JSON Schema compile dropped: " + "; ".join(normalizer.dropped), stacklevel=2

@@ -20,10 +20,7 @@ from typing import Any
 
 from constrain.errors import RegexError, UnsupportedSchemaError
 
-try:  # TEMP while formats.py is written
-    from constrain.jsonschema.formats import FORMATS
-except ImportError:
-    FORMATS = {}
+from constrain.jsonschema.formats import FORMATS
 from constrain.jsonschema.keywords import IGNORED_FORMATS
 from constrain.jsonschema.numbers import INTEGER, NUMBER, bound_regex, multiple_of_dfa
 from constrain.jsonschema.refs import Resources
