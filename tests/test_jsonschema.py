@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import dataclasses
 import enum
+import json
 from typing import Annotated, Literal, Optional  # noqa: F401 (used by eval in a test)
 
-import annotated_types
+import annotated_types  # noqa: F401 (used by eval in a test)
 import jsonschema
 import numpy as np
 import pydantic

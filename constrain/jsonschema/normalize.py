@@ -19,7 +19,6 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from constrain.errors import RegexError, UnsupportedSchemaError
-
 from constrain.jsonschema.formats import FORMATS
 from constrain.jsonschema.keywords import IGNORED_FORMATS
 from constrain.jsonschema.numbers import INTEGER, NUMBER, bound_regex, multiple_of_dfa
