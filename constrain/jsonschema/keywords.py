@@ -1,19 +1,20 @@
 """The keyword registry: what the compiler does with each JSON Schema keyword.
 
 One table serves two readers: the docs (`python -m constrain.jsonschema.keywords` prints the
-support table of docs/json-schema.md) and the compiler, which reads `IGNORED_FORMATS` from here.
+support table of docs/json-schema.md) and the compiler, which reads `SPEC_FORMATS` from here.
 """
 
 from __future__ import annotations
 
-__all__ = ["IGNORED_FORMATS", "KEYWORDS", "support_table"]
+__all__ = ["KEYWORDS", "SPEC_FORMATS", "support_table"]
 
-# formats that no validator asserts (Python's jsonschema has no checker for them): annotations
-IGNORED_FORMATS = frozenset(
+# the formats the specification defines: one we cannot enforce is an error, never ignored
+# (a validator may assert it); any other format name is an annotation (nothing checks it)
+SPEC_FORMATS = frozenset(
     {
-        "int32", "int64", "float", "double", "byte", "binary", "password", "int-or-string",
-        "color", "textarea", "html", "markdown", "phone", "utc-millisec", "style", "tel",
-        "uri-template",
+        "date-time", "date", "time", "duration", "email", "idn-email", "hostname",
+        "idn-hostname", "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid",
+        "uri-template", "json-pointer", "relative-json-pointer", "regex",
     }
 )  # fmt: skip
 
@@ -56,7 +57,8 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "minLength / maxLength": ("exact", "code points; escapes count as one character"),
     "pattern": ("exact", "ECMA-262 search semantics, intersected with length and format; no "
                 "lookarounds or backreferences"),
-    "format": ("partial", "see the formats table; unknown formats are annotations"),
+    "format": ("partial", "the formats below are enforced; other formats of the specification "
+               "(idn-*, iri*, uri-template) raise; unknown names are annotations"),
     "minimum / maximum / exclusiveMinimum / exclusiveMaximum": ("exact", "decimal bounds, both "
                                                                 "draft styles"),
     "multipleOf": ("exact", "integers and decimals, up to 200,000 automaton states"),

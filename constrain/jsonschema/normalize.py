@@ -20,7 +20,7 @@ from typing import Any
 
 from constrain.errors import RegexError, UnsupportedSchemaError
 from constrain.jsonschema.formats import FORMATS
-from constrain.jsonschema.keywords import IGNORED_FORMATS
+from constrain.jsonschema.keywords import SPEC_FORMATS
 from constrain.jsonschema.numbers import INTEGER, NUMBER, bound_regex, multiple_of_dfa
 from constrain.jsonschema.refs import Resources
 from constrain.jsonschema.shapes import (
@@ -304,11 +304,10 @@ class Normalizer:
             search = _search(s["pattern"])
             dfa = dfa_and(dfa, self._string_dfa(search, "pattern", ptr, dialect="ecma"))
         fmt = s.get("format")
-        if isinstance(fmt, str) and fmt not in IGNORED_FORMATS:
-            if fmt in FORMATS:
-                dfa = dfa_and(dfa, self._string_dfa(FORMATS[fmt], "format", ptr))
-            else:
-                self.unsupported(f"format {fmt!r} is not supported", "format", ptr)
+        if fmt in FORMATS:
+            dfa = dfa_and(dfa, self._string_dfa(FORMATS[fmt], "format", ptr))
+        elif fmt in SPEC_FORMATS:
+            self.unsupported(f"format {fmt!r} is not supported", "format", ptr)
         return dfa
 
     def _string_dfa(self, pattern: str, keyword: str, ptr: str, dialect="python") -> ByteDFA:
