@@ -6,7 +6,7 @@ PIP    := $(BIN)/pip install -q --disable-pip-version-check -c constraints.txt
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_VERBOSITY := error
 
-.PHONY: demo test test-slow bench lint clean
+.PHONY: demo test test-slow bench conformance lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ test-slow: $(VENV)/.dev
 bench: $(VENV)/.dev
 	$(BIN)/python -m constrain.bench.regex
 	$(BIN)/python -m constrain.bench.grammar
+
+# JSON Schema Test Suite and MaskBench-style conformance (about 25 minutes on 2 cores)
+conformance: $(VENV)/.dev
+	$(BIN)/python -m constrain.bench.conformance test-suite --option any_order=true --markdown docs/benchmarks/test-suite.md
+	$(BIN)/python -m constrain.bench.conformance maskbench --jobs 2 --markdown docs/benchmarks/maskbench.md
+	$(BIN)/python -m constrain.jsonschema --write docs/json-schema.md
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check constrain tests

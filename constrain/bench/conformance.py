@@ -209,7 +209,8 @@ def run_schema(job: tuple) -> dict:
 def maskbench_jobs(data: Path, subsets: list[str], limit: int | None) -> list[tuple]:
     jobs = []
     for subset in subsets:
-        lines = (data / "maskbench" / f"{subset}.jsonl").read_text().splitlines()
+        text = (data / "maskbench" / f"{subset}.jsonl").read_text(encoding="utf-8")
+        lines = [line for line in text.split("\n") if line.strip()]  # not splitlines: U+2028
         for line in lines[:limit]:
             rec = json.loads(line)
             path = data / "jsonschemabench" / subset / f"{rec['id']}.json"

@@ -1,12 +1,13 @@
 """The keyword registry: what the compiler does with each JSON Schema keyword.
 
-One table serves two readers: the docs (`python -m constrain.jsonschema.keywords` prints the
-support table of docs/json-schema.md) and the compiler, which reads `SPEC_FORMATS` from here.
+One table serves two readers: the docs (`python -m constrain.jsonschema --write
+docs/json-schema.md` regenerates the support table there) and the compiler, which reads
+`SPEC_FORMATS` from here.
 """
 
 from __future__ import annotations
 
-__all__ = ["KEYWORDS", "SPEC_FORMATS", "support_table"]
+__all__ = ["KEYWORDS", "SPEC_FORMATS", "support_table", "write_into"]
 
 # the formats the specification defines: one we cannot enforce is an error, never ignored
 # (a validator may assert it); any other format name is an annotation (nothing checks it)
@@ -53,7 +54,8 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "contains / minContains / maxContains": ("exact", "items split into matching / not "
                                              "matching, counted in the grammar"),
     "unevaluatedItems": ("partial", "as unevaluatedProperties; `contains` annotations ignored"),
-    "uniqueItems": ("partial", "only when the item language is a small finite set"),
+    "uniqueItems": ("partial", "`false`, or `true` with maxItems <= 1; otherwise "
+                    "UnsupportedSchemaError (not context-free in general)"),
     "minLength / maxLength": ("exact", "code points; escapes count as one character"),
     "pattern": ("exact", "ECMA-262 search semantics, intersected with length and format; no "
                 "lookarounds or backreferences"),
@@ -66,12 +68,26 @@ KEYWORDS: dict[str, tuple[str, str]] = {
 
 
 def support_table() -> str:
-    """The markdown support table of docs/json-schema.md."""
+    """The markdown support tables of docs/json-schema.md (keywords, then formats)."""
+    from constrain.jsonschema.formats import FORMAT_NOTES
+
     rows = ["| keyword | support | how / limits |", "|---|---|---|"]
     for keyword, (status, how) in KEYWORDS.items():
         rows.append(f"| `{keyword}` | {status} | {how} |")
+    rows += ["", "| format | admitted (never wider than the RFC) |", "|---|---|"]
+    for name, note in FORMAT_NOTES.items():
+        rows.append(f"| `{name}` | {note} |")
     return "\n".join(rows)
 
 
-if __name__ == "__main__":
-    print(support_table())
+_START, _END = "<!-- support-table:start -->", "<!-- support-table:end -->"
+
+
+def write_into(path: str) -> None:
+    """Replace the generated section of a markdown file with the current tables."""
+    with open(path) as f:
+        text = f.read()
+    head, _, rest = text.partition(_START)
+    _, _, tail = rest.partition(_END)
+    with open(path, "w") as f:
+        f.write(f"{head}{_START}\n{support_table()}\n{_END}{tail}")

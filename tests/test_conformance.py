@@ -1,0 +1,74 @@
+"""The conformance harnesses count what they claim, on a tiny data directory built here."""
+
+from __future__ import annotations
+
+import json
+
+from constrain.bench import conformance
+
+
+def test_test_suite_counts_groups_and_invalid_acceptances(tmp_path, smollm_vocab):
+    root = tmp_path / "tests" / "draft2020-12"
+    (root / "optional" / "format").mkdir(parents=True)
+    groups = [
+        {
+            "description": "integers",
+            "schema": {"type": "integer", "maximum": 3},
+            "tests": [
+                {"description": "small", "data": 2, "valid": True},
+                {"description": "big", "data": 9, "valid": False},
+            ],
+        },
+        {
+            "description": "nothing",
+            "schema": False,
+            "tests": [{"description": "any", "data": 1, "valid": False}],
+        },
+        {
+            "description": "unsupported",
+            "schema": {"uniqueItems": True},
+            "tests": [{"description": "dup", "data": [1, 1], "valid": False}],
+        },
+        {
+            "description": "wrong expectation",  # the harness must flag an accepted invalid
+            "schema": {"type": "string"},
+            "tests": [{"description": "string said invalid", "data": "x", "valid": False}],
+        },
+    ]
+    (root / "maximum.json").write_text(json.dumps(groups))
+    records = conformance.run_test_suite(root, smollm_vocab, {"whitespace": "default"})
+    passed = {r["group"]: r["passed"] for r in records}
+    assert passed == {
+        "integers": True,
+        "nothing": True,
+        "unsupported": False,
+        "wrong expectation": False,
+    }
+    reasons = {r["group"]: r.get("reason", "") for r in records}
+    assert "[uniqueItems]" in reasons["unsupported"]
+    assert sum(r["invalid_accepted"] for r in records) == 1
+    assert "**2/4**" in conformance.test_suite_table(records)
+
+
+def test_maskbench_passes_fails_and_errors(tmp_path):
+    schemas = tmp_path / "jsonschemabench" / "Tiny"
+    schemas.mkdir(parents=True)
+    (tmp_path / "maskbench").mkdir()
+    (schemas / "a.json").write_text(json.dumps({"type": "object", "required": ["x"]}))
+    (schemas / "b.json").write_text(json.dumps({"type": "array", "uniqueItems": True}))
+    lines = [
+        {"id": "a", "valid": [{"x": 1}], "invalid": [{}, [1]]},
+        {"id": "b", "valid": [[1]], "invalid": [[1, 1]]},
+    ]
+    (tmp_path / "maskbench" / "Tiny.jsonl").write_text("\n".join(map(json.dumps, lines)))
+    jobs = conformance.maskbench_jobs(tmp_path, ["Tiny"], None)
+    records = conformance.run_maskbench(
+        jobs, "smollm2-135m-instruct", {"whitespace": "default"}, 1, 10.0
+    )
+    status = {r["id"]: r["status"] for r in records}
+    assert status == {"a": "pass", "b": "error"}
+    assert records[1]["keyword"] == "uniqueItems"
+    assert records[0]["mask"] and records[0]["check"]  # timed at every step
+    table, by_keyword = conformance.maskbench_table(records)
+    assert "| Tiny | 2 | 1 | 50.0 | 1 |" in table
+    assert "`uniqueItems` 1" in by_keyword
