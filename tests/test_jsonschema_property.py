@@ -48,7 +48,9 @@ def _leaf_schemas() -> st.SearchStrategy:
         st.builds(lambda b: {"exclusiveMinimum": b}, st.sampled_from([0, 0.5, -1.5])),
         st.builds(lambda m: {"multipleOf": m}, st.sampled_from([2, 3, 0.5, 0.25])),
         st.builds(
-            lambda lo, hi: {"minLength": lo, "maxLength": hi}, st.integers(0, 2), st.integers(1, 4)
+            lambda lo, hi: {"minLength": lo, "maxLength": hi},
+            st.integers(0, 2),
+            st.sampled_from([1, 2, 4, 300]),  # 300: a long bound, kept symbolic
         ),
         st.builds(lambda p: {"pattern": p}, st.sampled_from(["^a", "b$", "a.b", "^[ab]*$", "-|1"])),
         st.builds(lambda vs: {"enum": vs}, st.lists(scalars, min_size=1, max_size=3)),

@@ -16,15 +16,17 @@ from __future__ import annotations
 import json
 import re
 import warnings
+from functools import lru_cache
 from typing import Any
 
 from constrain.errors import UnsupportedSchemaError
-from constrain.grammar.ir import GrammarIR, Lexeme, Rule
+from constrain.grammar.ir import GrammarIR, Lexeme, Rule, repeat
 from constrain.jsonschema import shapes
 from constrain.jsonschema.normalize import Normalizer
 from constrain.jsonschema.shapes import (
     NOTHING,
     ArrayShape,
+    Lengths,
     ObjectShape,
     Prop,
     Shape,
@@ -33,12 +35,20 @@ from constrain.jsonschema.shapes import (
     intersect,
     key_text,
 )
-from constrain.regex import ByteDFA, dfa_from_strings
+from constrain.regex import (
+    ByteDFA,
+    compile_regex,
+    dfa_from_strings,
+    dfa_from_table,
+    quoted,
+    repeat_unit,
+)
 
 __all__ = ["WHITESPACE", "compile_schema"]
 
 WHITESPACE = {"compact": None, "default": r"[ \n]{1,40}"}
 _ABSENT = Prop(NOTHING)
+_CHUNK = 32  # characters per chunk lexeme of a long string
 _MAX_ANY_ORDER = 10  # named properties per object with any_order=True (2**n member subsets)
 
 
@@ -140,6 +150,9 @@ class _Emitter:
         if not shape.scalars.is_empty():
             self.add(name, (self.dfa_lexeme("scalar", shape.scalars),))
             alternatives += 1
+        if shape.text is not None:
+            self.add(name, (self.counted_string(shape.text),))
+            alternatives += 1
         for alt in shape.arrays:
             self.add(name, (self.array(alt, depth),))
             alternatives += 1
@@ -148,6 +161,32 @@ class _Emitter:
             alternatives += 1
         if not alternatives:
             self.add(name, (self.nothing(),))
+        return name
+
+    def counted_string(self, lengths: Lengths) -> str:
+        """Strings of low..high characters, counted in chunks of `_CHUNK` characters: a chunk
+        lexeme is exactly that long, so the lexer never has to guess where one ends."""
+        key = ("text", lengths)
+        if key in self.names:
+            return self.names[key]
+        name = self.names[key] = f"text{len(self.names)}"
+        chunk = self.dfa_lexeme("chunk", _chunk_dfa(_CHUNK, _CHUNK, ""))
+        low, high = lengths.low, lengths.high
+        most = None if high is None else high // _CHUNK
+        for n in range(0, (most if most is not None else low // _CHUNK + 1) + 1):
+            tail_low = max(0, low - n * _CHUNK)
+            tail_high = (
+                _CHUNK - 1 if high is None or high - n * _CHUNK >= _CHUNK else high - n * _CHUNK
+            )
+            unbounded = high is None and n == low // _CHUNK + 1
+            if unbounded:  # n or more chunks, then any tail
+                tail_low = 0
+            if tail_low > tail_high:
+                continue
+            tail = self.dfa_lexeme("tail", _chunk_dfa(tail_low, tail_high, '"'))
+            chunks = repeat(self.rules, f"{name}_{n}", (chunk,), n, None if unbounded else n)
+            self.defined.add(chunks)
+            self.add(name, (self.literal('"'), chunks, tail))
         return name
 
     def array(self, a: ArrayShape, depth: int) -> str:
@@ -270,6 +309,19 @@ class _Emitter:
     def key_lexeme(self, key: str) -> str:
         text = key_text(key).decode()
         return self.literal(text)
+
+
+@lru_cache(maxsize=256)
+def _chunk_dfa(low: int, high: int, end: str) -> ByteDFA:
+    """The body characters of a string, low..high of them, then `end` (the closing quote)."""
+    char = compile_regex(r"(?:[^\n]|\n)", encoding="json")
+    body = repeat_unit(char, low, high)
+    if not end:
+        return body
+    whole = quoted(body)  # then skip the opening quote
+    table = whole.transitions[1:].astype("int64") - 1
+    start = int(whole.transitions[whole.start, ord('"')]) - 1
+    return dfa_from_table(table, whole.accepting[1:], start, f'{body.pattern}"')
 
 
 def compile_schema(

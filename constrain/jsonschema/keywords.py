@@ -56,7 +56,8 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "unevaluatedItems": ("partial", "as unevaluatedProperties; `contains` annotations ignored"),
     "uniqueItems": ("partial", "`false`, or `true` with maxItems <= 1; otherwise "
                     "UnsupportedSchemaError (not context-free in general)"),
-    "minLength / maxLength": ("exact", "code points; escapes count as one character"),
+    "minLength / maxLength": ("exact", "code points; escapes count as one character; long "
+                              "bounds counted in the grammar in 32-character chunks"),
     "pattern": ("exact", "ECMA-262 search semantics, intersected with length and format; no "
                 "lookarounds or backreferences"),
     "format": ("partial", "the formats below are enforced; other formats of the specification "

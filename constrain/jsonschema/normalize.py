@@ -29,6 +29,7 @@ from constrain.jsonschema.shapes import (
     STRINGS,
     ArrayShape,
     KeySet,
+    Lengths,
     ObjectShape,
     Prop,
     Region,
@@ -42,16 +43,18 @@ from constrain.jsonschema.shapes import (
     is_empty,
     key_text,
     later,
+    length_dfa,
     only,
+    strings_of,
     union,
 )
-from constrain.regex import ByteDFA, compile_regex, dfa_from_strings, quoted, repeat_unit
+from constrain.regex import ByteDFA, compile_regex, dfa_from_strings, quoted
 
 __all__ = ["Normalizer"]
 
 _TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 _ANY_CHAR = r"(?:[^\n]|\n)"  # every character (a negated class stays small)
-_MAX_LENGTH_STATES = 40_000  # a string length bound is a chain of this many states at most
+_LONG = 256  # longer length bounds stay symbolic (counted in the grammar), unless combined
 _LEGACY = ("draft-04", "draft-06", "draft-07", "draft4", "draft6", "draft7")
 
 
@@ -255,13 +258,18 @@ class Normalizer:
             scalars = dfa_or(scalars, _LITERALS["boolean"])
         if "number" in declared or "integer" in declared:
             scalars = dfa_or(scalars, self._number(s, ptr, integer="number" not in declared))
+        text = None
         if "string" in declared:
-            scalars = dfa_or(scalars, self._string(s, ptr))
+            strings = self._string(s, ptr)
+            if isinstance(strings, Lengths):
+                text = strings
+            else:
+                scalars = dfa_or(scalars, strings)
         arrays = [self._array(s, ptr, scope)] if "array" in declared else []
         objects = self._object(s, ptr, scope) if "object" in declared else []
         if len(declared) == len(_TYPES) and not _TYPE_KEYWORDS.intersection(s):
             return ANY
-        return only(scalars=scalars, arrays=arrays, objects=objects)
+        return only(scalars=scalars, arrays=arrays, objects=objects, text=text)
 
     def _number(self, s: Mapping, ptr: str, integer: bool) -> ByteDFA:
         dfa = _dfa(INTEGER if integer else NUMBER)
@@ -285,25 +293,24 @@ class Normalizer:
                 self.unsupported(str(exc), "multipleOf", ptr)
         return dfa
 
-    def _string(self, s: Mapping, ptr: str) -> ByteDFA:
+    def _string(self, s: Mapping, ptr: str) -> ByteDFA | Lengths:
+        """The strings of a schema: a DFA, or `Lengths` when only a long length bound applies."""
+        low, high = int(s.get("minLength", 0)), s.get("maxLength")
+        high = None if high is None else int(high)
+        fmt = s.get("format")
+        enforced_format = fmt in FORMATS or fmt in SPEC_FORMATS
+        if "pattern" not in s and not enforced_format and max(low, high or 0) > _LONG:
+            return Lengths(low, high)
         dfa = STRINGS
-        low, high = s.get("minLength", 0), s.get("maxLength")
         if low or high is not None:
-            char = _dfa(_ANY_CHAR, encoding="json")
-            size = (high if high is not None else low) * char.n_states
-            if size > _MAX_LENGTH_STATES:
+            try:
+                dfa = length_dfa(low, high)
+            except ShapeUnsupported as exc:
                 keyword = "maxLength" if high is not None else "minLength"
-                raise UnsupportedSchemaError(
-                    f"{keyword} {high if high is not None else low} needs {size} automaton "
-                    f"states (limit {_MAX_LENGTH_STATES})",
-                    keyword,
-                    ptr,
-                )
-            dfa = quoted(repeat_unit(char, int(low), None if high is None else int(high)))
+                raise UnsupportedSchemaError(str(exc), keyword, ptr) from None
         if "pattern" in s:
             search = _search(s["pattern"])
             dfa = dfa_and(dfa, self._string_dfa(search, "pattern", ptr, dialect="ecma"))
-        fmt = s.get("format")
         if fmt in FORMATS:
             dfa = dfa_and(dfa, self._string_dfa(FORMATS[fmt], "format", ptr))
         elif fmt in SPEC_FORMATS:
@@ -387,8 +394,8 @@ class Normalizer:
                     split.append(Region(outside, region.value, region.evaluated, region.by_pattern))
             regions = split
         if "propertyNames" in s:
-            names = self.shape(s["propertyNames"], f"{ptr}/propertyNames", scope).scalars
-            allowed = dfa_and(names, STRINGS)
+            names = self.shape(s["propertyNames"], f"{ptr}/propertyNames", scope)
+            allowed = strings_of(names)
             for key, prop in named.items():
                 if not allowed.matches(key_text(key)):
                     named[key] = Prop(NOTHING, prop.evaluated)

@@ -22,13 +22,14 @@ from functools import lru_cache
 import numpy as np
 
 from constrain.jsonschema.numbers import NUMBER
-from constrain.regex import ByteDFA, combine, compile_regex, dfa_from_strings, quoted
+from constrain.regex import ByteDFA, combine, compile_regex, dfa_from_strings, quoted, repeat_unit
 
 __all__ = [
     "ANY",
     "NOTHING",
     "ArrayShape",
     "KeySet",
+    "Lengths",
     "ObjectShape",
     "Prop",
     "Region",
@@ -39,6 +40,8 @@ __all__ = [
     "fresh",
     "intersect",
     "is_empty",
+    "length_dfa",
+    "strings_of",
     "later",
     "settle",
     "union",
@@ -55,6 +58,12 @@ def _string_universe() -> ByteDFA:
     return quoted(compile_regex(r"(?:[^\n]|\n)*", encoding="json"))
 
 
+def strings_of(shape: Shape) -> ByteDFA:
+    """All the strings `shape` admits, as one DFA (materialising a symbolic length bound)."""
+    strings = dfa_and(shape.scalars, STRINGS)
+    return strings if shape.text is None else dfa_or(strings, shape.text.dfa)
+
+
 STRINGS = _string_universe()  # every JSON string in the admitted encoding
 SCALARS = combine(
     combine(dfa_from_strings(["null", "true", "false"]), compile_regex(NUMBER), "or", "scalar"),
@@ -69,26 +78,77 @@ class Shape:
     """A normalised schema: ``scalars`` (a DFA over value texts) or one of ``arrays`` or one of
     ``objects``. Created empty and filled in place, so recursive schemas can refer to it."""
 
-    __slots__ = ("scalars", "arrays", "objects", "filled", "name", "__weakref__")
+    __slots__ = ("scalars", "text", "arrays", "objects", "filled", "name", "__weakref__")
 
     def __init__(self, name: str = ""):
         self.scalars: ByteDFA = EMPTY
+        self.text: Lengths | None = None  # strings by length only, kept symbolic (see Lengths)
         self.arrays: list[ArrayShape] = []
         self.objects: list[ObjectShape] = []
         self.filled = False
         self.name = name
 
-    def fill(self, scalars: ByteDFA, arrays: list[ArrayShape], objects: list[ObjectShape]) -> Shape:
+    def fill(
+        self,
+        scalars: ByteDFA,
+        arrays: list[ArrayShape],
+        objects: list[ObjectShape],
+        text: Lengths | None = None,
+    ) -> Shape:
         if len(arrays) > _MAX_ALTERNATIVES or len(objects) > _MAX_ALTERNATIVES:
             raise ShapeUnsupported(f"more than {_MAX_ALTERNATIVES} alternatives for one value")
-        self.scalars, self.arrays, self.objects, self.filled = scalars, arrays, objects, True
+        self.scalars, self.arrays, self.objects, self.text = scalars, arrays, objects, text
+        self.filled = True
         return self
+
+    def parts(self) -> tuple:
+        return self.scalars, self.arrays, self.objects, self.text
 
     def __repr__(self) -> str:
         return (
             f"Shape({self.name or hex(id(self))}: scalars={self.scalars.pattern!r}, "
             f"{len(self.arrays)} arrays, {len(self.objects)} objects)"
         )
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Every string of `low`..`high` characters. Long bounds (`maxLength: 32767`) would be huge
+    DFAs, so a shape keeps them symbolic (its `scalars` then hold no strings) and the grammar
+    counts characters in fixed-size chunks. Combined with another string constraint, the bound
+    becomes a DFA after all (`dfa`), which raises beyond the size limit."""
+
+    low: int = 0
+    high: int | None = None
+
+    def both(self, other: Lengths) -> Lengths:
+        return Lengths(max(self.low, other.low), _min_bound(self.high, other.high))
+
+    def is_empty(self) -> bool:
+        return self.high is not None and self.high < self.low
+
+    @property
+    def dfa(self) -> ByteDFA:
+        return length_dfa(self.low, self.high)
+
+
+MAX_LENGTH_STATES = 40_000  # a length bound as a DFA is a chain of this many states at most
+
+
+def length_dfa(low: int, high: int | None) -> ByteDFA:
+    """Strings of low..high characters (escapes count as one)."""
+    char = compile_regex(_ANY_CHAR, encoding="json")
+    size = (high if high is not None else low) * char.n_states
+    if size > MAX_LENGTH_STATES:
+        bound = f"maxLength {high}" if high is not None else f"minLength {low}"
+        raise ShapeUnsupported(
+            f"{bound} combined with another string constraint needs {size} automaton states "
+            f"(limit {MAX_LENGTH_STATES})"
+        )
+    return quoted(repeat_unit(char, low, high))
+
+
+_ANY_CHAR = r"(?:[^\n]|\n)"  # every character (a negated class stays small)
 
 
 @dataclass(frozen=True)
@@ -271,8 +331,8 @@ ANY_ARRAY = ArrayShape(items=ANY)
 ANY_OBJECT = ANY.objects[0]
 
 
-def only(*, scalars: ByteDFA = EMPTY, arrays=(), objects=()) -> Shape:
-    return Shape().fill(scalars, list(arrays), list(objects))
+def only(*, scalars: ByteDFA = EMPTY, arrays=(), objects=(), text: Lengths | None = None) -> Shape:
+    return Shape().fill(scalars, list(arrays), list(objects), text)
 
 
 # -- DFA algebra with fast paths -------------------------------------------------------------------
@@ -367,7 +427,23 @@ def intersect(a: Shape, b: Shape) -> Shape:
 def _intersection(a: Shape, b: Shape) -> tuple:
     arrays = [r for x in a.arrays for y in b.arrays if (r := _and_arrays(x, y)) is not None]
     objects = [r for x in a.objects for y in b.objects if (r := _and_objects(x, y)) is not None]
-    return dfa_and(a.scalars, b.scalars), arrays, objects
+    scalars, text = dfa_and(a.scalars, b.scalars), None
+    if a.text is not None or b.text is not None:
+        if a.text is not None and b.text is not None:
+            text = a.text.both(b.text)
+        else:
+            lengths, other = (a.text, b) if a.text is not None else (b.text, a)
+            if _all_strings(other.scalars):
+                text = lengths
+            elif not dfa_and(other.scalars, STRINGS).is_empty():
+                scalars = dfa_or(scalars, dfa_and(lengths.dfa, other.scalars))
+        if text is not None and text.is_empty():
+            text = None
+    return scalars, arrays, objects, text
+
+
+def _all_strings(dfa: ByteDFA) -> bool:
+    return dfa is SCALARS or dfa is STRINGS or dfa_minus(STRINGS, dfa).is_empty()
 
 
 def later(inputs: list[Shape], out: Shape, parts) -> Shape:
@@ -470,15 +546,18 @@ def union(shapes: list[Shape]) -> Shape:
         return shapes[0]
     if any(s is ANY for s in shapes):
         return ANY
-    return later(
-        list(shapes),
-        Shape(),
-        lambda: (
-            dfa_union([s.scalars for s in shapes]),
-            [a for s in shapes for a in s.arrays],
-            [o for s in shapes for o in s.objects],
-        ),
-    )
+
+    def parts() -> tuple:
+        texts = {s.text for s in shapes if s.text is not None}
+        scalars = [s.scalars for s in shapes]
+        text = texts.pop() if len(texts) == 1 else None
+        if len(texts) > 0:  # several different bounds: as DFAs
+            scalars += [t.dfa for t in texts]
+            text = None
+        arrays = [a for s in shapes for a in s.arrays]
+        return dfa_union(scalars), arrays, [o for s in shapes for o in s.objects], text
+
+    return later(list(shapes), Shape(), parts)
 
 
 # -- complement -----------------------------------------------------------------------------------
@@ -507,7 +586,8 @@ def _complement(a: Shape) -> tuple:
     for alt in a.objects:
         objects = [r for x in objects for y in _not_object(alt) if (r := _and_objects(x, y))]
         _check_size(objects)
-    return dfa_minus(SCALARS, a.scalars), arrays, objects
+    excluded = a.scalars if a.text is None else dfa_or(a.scalars, a.text.dfa)
+    return dfa_minus(SCALARS, excluded), arrays, objects
 
 
 def _check_size(alternatives: list) -> None:
@@ -572,7 +652,12 @@ def difference(a: Shape, b: Shape) -> Shape:
                 ]
                 _check_size(alts)
             objects.extend(alts)
-        return dfa_minus(a.scalars, b.scalars), arrays, objects
+        removed = b.scalars if b.text is None else dfa_or(b.scalars, b.text.dfa)
+        text = a.text
+        if text is not None and not dfa_and(removed, STRINGS).is_empty():
+            scalars = dfa_or(dfa_minus(a.scalars, removed), dfa_minus(text.dfa, removed))
+            return scalars, arrays, objects, None
+        return dfa_minus(a.scalars, removed), arrays, objects, text
 
     return later([a, b], out, parts)
 
@@ -648,7 +733,7 @@ def is_empty(shape: Shape) -> bool:
 
 
 def _productive(s: Shape, productive: set[int]) -> bool:
-    if not s.filled or not s.scalars.is_empty():
+    if not s.filled or not s.scalars.is_empty() or s.text is not None:
         return True
     for a in s.arrays:
         needed = [a.item(i) for i in range(min(a.min_items, len(a.prefix) + 1))]
