@@ -24,6 +24,7 @@ from constrain.grammar.ir import GrammarIR, Lexeme, Rule, repeat
 from constrain.jsonschema import shapes
 from constrain.jsonschema.normalize import Normalizer
 from constrain.jsonschema.shapes import (
+    ANY_CHAR,
     NOTHING,
     ArrayShape,
     Lengths,
@@ -314,7 +315,7 @@ class _Emitter:
 @lru_cache(maxsize=256)
 def _chunk_dfa(low: int, high: int, end: str) -> ByteDFA:
     """The body characters of a string, low..high of them, then `end` (the closing quote)."""
-    char = compile_regex(r"(?:[^\n]|\n)", encoding="json")
+    char = compile_regex(ANY_CHAR, encoding="json")
     body = repeat_unit(char, low, high)
     if not end:
         return body

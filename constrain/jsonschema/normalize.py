@@ -25,6 +25,7 @@ from constrain.jsonschema.numbers import INTEGER, NUMBER, bound_regex, multiple_
 from constrain.jsonschema.refs import Resources
 from constrain.jsonschema.shapes import (
     ANY,
+    ANY_CHAR,
     NOTHING,
     STRINGS,
     ArrayShape,
@@ -53,7 +54,6 @@ from constrain.regex import ByteDFA, compile_regex, dfa_from_strings, quoted
 __all__ = ["Normalizer"]
 
 _TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
-_ANY_CHAR = r"(?:[^\n]|\n)"  # every character (a negated class stays small)
 _LONG = 256  # longer length bounds stay symbolic (counted in the grammar), unless combined
 _LEGACY = ("draft-04", "draft-06", "draft-07", "draft4", "draft6", "draft7")
 
@@ -128,7 +128,7 @@ class Normalizer:
             self.memo[key] = result
             return result
         self.memo[key] = placeholder
-        return later([result], placeholder, lambda: (result.scalars, result.arrays, result.objects))
+        return later([result], placeholder, result.parts)
 
     # -- one schema object ----------------------------------------------------------------------
 
@@ -136,11 +136,12 @@ class Normalizer:
         if self.legacy and "$ref" in s:  # before 2019-09, $ref replaces its siblings
             return self._ref(s["$ref"], base, scope, "$ref", ptr)
         parts: list[Shape] = [self._own(s, ptr, scope)]
-        if "enum" in s or "const" in s:
-            values = [s["const"]] if "const" in s else s["enum"]
-            if not isinstance(values, list):
+        if "enum" in s:  # enum and const both apply when both are given
+            if not isinstance(s["enum"], list):
                 raise UnsupportedSchemaError("enum must be an array", "enum", ptr)
-            parts.append(union([self.value(v) for v in values]))
+            parts.append(union([self.value(v) for v in s["enum"]]))
+        if "const" in s:
+            parts.append(self.value(s["const"]))
         for keyword in ("$ref", "$recursiveRef"):
             if keyword in s:
                 parts.append(self._ref(s[keyword], base, scope, keyword, ptr))
@@ -241,6 +242,7 @@ class Normalizer:
                 shape.scalars,
                 [_cover_array(a, items) for a in shape.arrays],
                 [_cover_object(o, props) for o in shape.objects],
+                shape.text,
             ),
         )
 
@@ -534,9 +536,9 @@ def _search(pattern: Any) -> str:
         raise RegexError(f"a pattern must be a string, not {pattern!r}", str(pattern), None)
     out = []
     for alt in _top_level_alternatives(pattern):
-        start = "" if alt.startswith("^") else f"{_ANY_CHAR}*"
+        start = "" if alt.startswith("^") else f"{ANY_CHAR}*"
         anchored_end = alt.endswith("$") and not _escaped(alt, len(alt) - 1)
-        end = "" if anchored_end else f"{_ANY_CHAR}*"
+        end = "" if anchored_end else f"{ANY_CHAR}*"
         core = alt[1:] if alt.startswith("^") else alt
         core = core[:-1] if anchored_end else core
         out.append(f"{start}(?:{core}){end}")

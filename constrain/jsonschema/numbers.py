@@ -1,7 +1,8 @@
-"""Numeric ranges as regexes over JSON number text (canonical digits, no leading zeros).
+"""Numbers as languages over their JSON text: ranges with decimal bounds and `multipleOf`.
 
-Bounds are integers. A bounded number is written without an exponent (the regex never admits
-`1e2` for ``maximum: 200``: narrower than the schema, never wider).
+The universe is `NUMBER`: JSON numbers without an exponent (one spelling per written value up
+to trailing fraction zeros and the sign of zero). Every language here is exact within it, so
+intersections and complements of numeric constraints stay exact.
 """
 
 from __future__ import annotations
@@ -12,19 +13,8 @@ import numpy as np
 
 from constrain.regex import ByteDFA, combine, compile_regex, dfa_from_table
 
-__all__ = [
-    "INTEGER",
-    "NUMBER",
-    "bound_regex",
-    "integer_range_regex",
-    "magnitude_range",
-    "multiple_of_dfa",
-    "number_bound_regex",
-]
+__all__ = ["INTEGER", "NUMBER", "bound_regex", "magnitude_range", "multiple_of_dfa"]
 
-_FRACTION = r"(?:\.[0-9]+)?"
-_NONZERO_FRACTION = r"\.[0-9]*[1-9][0-9]*"
-_ZERO_FRACTION = r"(?:\.0+)?"
 
 
 def _same_length(lo: str, hi: str) -> str:
@@ -66,65 +56,6 @@ def magnitude_range(lo: int, hi: int | None) -> str | None:
             parts.append(f"[1-9][0-9]{{{length - 1},}}")
             break
     return "|".join(parts)
-
-
-def integer_range_regex(lo: int | None, hi: int | None) -> str | None:
-    """JSON integers in [lo, hi] (None: unbounded), also written with a zero fraction (`1.0`)."""
-    parts = []
-    if hi is None or hi >= 0:
-        nonneg = magnitude_range(max(lo or 0, 0), hi)
-        if nonneg is not None:
-            parts.append(_group(nonneg))
-    if lo is None or lo < 0:
-        negative = magnitude_range(
-            max(1, -hi) if hi is not None else 1, None if lo is None else -lo
-        )
-        if negative is not None:
-            parts.append("-" + _group(negative))
-    if not parts:
-        return None
-    return f"(?:{'|'.join(parts)}){_ZERO_FRACTION}"
-
-
-def _at_least(bound: int, strict: bool) -> tuple[str | None, str | None]:
-    """Numbers x >= bound (x > bound when strict) as (non-negative part, magnitudes of the
-    negative part), each a regex or None when empty."""
-    if bound >= 0:
-        whole = magnitude_range(bound + 1 if strict else bound, None)
-        positive = f"(?:{whole}){_FRACTION}"
-        if strict:
-            return f"{positive}|{bound}{_NONZERO_FRACTION}", None
-        return positive, (f"0{_ZERO_FRACTION}" if bound == 0 else None)  # -0 >= 0
-    positive = r"(?:0|[1-9][0-9]*)" + _FRACTION
-    top = -bound
-    below = magnitude_range(0, top - 1)
-    negative = f"(?:{below}){_FRACTION}"
-    if not strict:
-        negative = f"{negative}|{top}{_ZERO_FRACTION}"
-    return positive, negative
-
-
-def number_bound_regex(
-    lo: int | None, lo_strict: bool, hi: int | None, hi_strict: bool
-) -> tuple[str, ...]:
-    """Regexes whose intersection is the JSON numbers within the bounds (one per bound given;
-    the unbounded JSON number when there is none)."""
-    if lo is None and hi is None:
-        return (r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?",)
-    out = []
-    if lo is not None:
-        out.append(_join(*_at_least(lo, lo_strict)))
-    if hi is not None:
-        negative, positive = _at_least(-hi, hi_strict)  # x <= hi  <=>  -x >= -hi
-        out.append(_join(positive, negative))
-    return tuple(out)
-
-
-def _join(positive: str | None, negative: str | None) -> str:
-    parts = [f"(?:{positive})"] if positive else []
-    if negative:
-        parts.append(f"-(?:{negative})")
-    return "|".join(parts) if parts else "[^\\x00-\\xff]"  # nothing
 
 
 # -- decimal bounds and multipleOf over the no-exponent number language -------------------------

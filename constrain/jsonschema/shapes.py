@@ -26,6 +26,7 @@ from constrain.regex import ByteDFA, combine, compile_regex, dfa_from_strings, q
 
 __all__ = [
     "ANY",
+    "ANY_CHAR",
     "NOTHING",
     "ArrayShape",
     "KeySet",
@@ -54,8 +55,11 @@ class ShapeUnsupported(Exception):
     """An operation whose result has no normal form (the caller names keyword and pointer)."""
 
 
+ANY_CHAR = r"(?:[^\n]|\n)"  # every character (a negated class stays small)
+
+
 def _string_universe() -> ByteDFA:
-    return quoted(compile_regex(r"(?:[^\n]|\n)*", encoding="json"))
+    return quoted(compile_regex(f"{ANY_CHAR}*", encoding="json"))
 
 
 def strings_of(shape: Shape) -> ByteDFA:
@@ -137,7 +141,7 @@ MAX_LENGTH_STATES = 40_000  # a length bound as a DFA is a chain of this many st
 
 def length_dfa(low: int, high: int | None) -> ByteDFA:
     """Strings of low..high characters (escapes count as one)."""
-    char = compile_regex(_ANY_CHAR, encoding="json")
+    char = compile_regex(ANY_CHAR, encoding="json")
     size = (high if high is not None else low) * char.n_states
     if size > MAX_LENGTH_STATES:
         bound = f"maxLength {high}" if high is not None else f"minLength {low}"
@@ -146,9 +150,6 @@ def length_dfa(low: int, high: int | None) -> ByteDFA:
             f"(limit {MAX_LENGTH_STATES})"
         )
     return quoted(repeat_unit(char, low, high))
-
-
-_ANY_CHAR = r"(?:[^\n]|\n)"  # every character (a negated class stays small)
 
 
 @dataclass(frozen=True)
