@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -47,11 +49,13 @@ class GenerationResult:
             (`max_tokens` ran out first).
         complete: True when the text is in the constraint's language; a "length" result is
             marked incomplete, never silently invalid.
+        value: for `schema=` and `type=`, the parsed JSON value (None when incomplete).
         log_weight: sum over steps of log Z, the log mass the constraint allowed (the LCD
             importance weight).
     """
 
     text: str
+    value: Any
     tokens: list[int]
     finish_reason: str
     complete: bool
@@ -84,31 +88,53 @@ def _as_grammar(grammar: Grammar | str | os.PathLike) -> Grammar:
     return Grammar.from_lark(grammar)
 
 
-def _constraint(vocab: Vocabulary, regex, choices, grammar) -> Constraint | None:
-    given = [x is not None for x in (regex, choices, grammar)]
-    if sum(given) > 1:
-        raise ValueError("pass at most one of regex=, choices=, grammar=")
-    if not any(given):
+def _constraint(
+    vocab: Vocabulary, regex, choices, grammar, schema, type_, schema_options: dict
+) -> Constraint | None:
+    given = {
+        name: value
+        for name, value in (
+            ("regex", regex),
+            ("choices", choices),
+            ("grammar", grammar),
+            ("schema", schema),
+            ("type", type_),
+        )
+        if value is not None
+    }
+    if len(given) > 1:
+        raise ValueError(f"pass at most one constraint, got {', '.join(f'{k}=' for k in given)}")
+    if not given:
         return None
-    if grammar is not None:
-        grammar = _as_grammar(grammar)
-        key = ("grammar", id(grammar))
-    elif regex is not None:
-        key = ("regex", regex)
+    (kind, spec), = given.items()
+    if kind == "grammar":
+        spec = _as_grammar(spec)
+        key = ("grammar", id(spec))
+    elif kind == "schema":
+        key = ("schema", json.dumps(spec, sort_keys=True), _options_key(schema_options))
+    elif kind == "choices":
+        spec = tuple(spec)
+        key = ("choices", spec)
     else:
-        choices = tuple(choices)
-        key = ("choices", choices)
+        key = (kind, spec, _options_key(schema_options) if kind == "type" else ())
     per_vocab = _constraint_cache.setdefault(vocab, {})
     cached = per_vocab.get(key)
-    if cached is not None and (grammar is None or cached.grammar is grammar):
+    if cached is not None and (kind != "grammar" or cached.grammar is spec):
         return cached
-    if regex is not None:
-        grammar = Grammar.from_regex(regex)
-    elif choices is not None:
-        grammar = Grammar.from_choices(choices)
-    constraint = Constraint(grammar, vocab)
+    builders = {
+        "grammar": lambda: spec,
+        "regex": lambda: Grammar.from_regex(spec),
+        "choices": lambda: Grammar.from_choices(spec),
+        "schema": lambda: Grammar.from_json_schema(spec, **schema_options),
+        "type": lambda: Grammar.from_type(spec, **schema_options),
+    }
+    constraint = Constraint(builders[kind](), vocab)
     per_vocab[key] = constraint
     return constraint
+
+
+def _options_key(options: dict) -> tuple:
+    return tuple(sorted(options.items()))
 
 
 def generate(
@@ -118,6 +144,9 @@ def generate(
     regex: str | None = None,
     choices: Sequence[str] | None = None,
     grammar: Grammar | str | os.PathLike | None = None,
+    schema: dict | bool | str | None = None,
+    type: Any = None,
+    schema_options: Mapping[str, Any] | None = None,
     max_tokens: int = 256,
     temperature: float = 1.0,
     greedy: bool = False,
@@ -131,9 +160,12 @@ def generate(
         model: a loaded model (`constrain.load_model()`).
         prompt: the user message (or a list of chat messages); the chat template is applied
             when the tokenizer has one, unless `chat=False`.
-        regex / choices / grammar: the constraint (at most one; none means free text). `grammar`
-            is a `Grammar`, a library grammar name ("json", "sql", ...), a ``.lark`` path or
-            Lark grammar text.
+        regex / choices / grammar / schema / type: the constraint (at most one; none means
+            free text). `grammar` is a `Grammar`, a library grammar name ("json", "sql", ...), a
+            ``.lark`` path or Lark grammar text; `schema` a JSON Schema (dict, bool or JSON
+            text); `type` a Python type (`Grammar.from_type`).
+        schema_options: options of `Grammar.from_json_schema` (`whitespace`, `any_order`, ...)
+            for `schema` and `type`.
         max_tokens: generation stops after this many tokens; if the constraint has not accepted
             by then, `finish_reason == "length"` and `complete` is False.
         temperature: softmax temperature; `greedy=True` takes the most likely allowed token.
@@ -145,7 +177,8 @@ def generate(
     t_start = time.perf_counter()
     stats = GenerationStats()
     vocab: Vocabulary = model.vocab
-    constraint = _constraint(vocab, regex, choices, grammar)
+    options = dict(schema_options or {})
+    constraint = _constraint(vocab, regex, choices, grammar, schema, type, options)
     stats.compile_s = time.perf_counter() - t_start
     matcher = constraint.start() if constraint is not None else None
 
@@ -201,8 +234,11 @@ def generate(
     if finish_reason == "stop" and not complete:
         raise ConstrainError("internal error: generation stopped in a non-accepting state")
     stats.total_s = time.perf_counter() - t_start
+    text = vocab.decode(tokens)
+    is_json = schema is not None or type is not None
     return GenerationResult(
-        text=vocab.decode(tokens),
+        text=text,
+        value=json.loads(text) if is_json and complete else None,
         tokens=tokens,
         finish_reason=finish_reason,
         complete=complete,

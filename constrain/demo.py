@@ -11,6 +11,8 @@ import json
 import re
 import time
 
+import jsonschema
+
 import constrain as cn
 
 PERSON_SCHEMA = {
@@ -23,12 +25,6 @@ PERSON_SCHEMA = {
     "required": ["name", "age", "city"],
     "additionalProperties": False,
 }
-# The same object as a regex (JSON Schema compilation arrives with the JSON Schema layer).
-PERSON_REGEX = (
-    r'\{"name": "[A-Z][a-z]{1,12} [A-Z][a-z]{1,12}", '
-    r'"age": (0|[1-9][0-9]?|1[01][0-9]|120), '
-    r'"city": "[A-Za-z ]{1,20}"\}'
-)
 DATE_REGEX = r"(19|20)\d{2}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
 CHOICES = ["Paris", "London", "Berlin", "Madrid"]
 
@@ -50,16 +46,14 @@ def main() -> None:
     out = cn.generate(
         model,
         "Invent a fictional person and describe them as JSON with name, age and city.",
-        regex=PERSON_REGEX,
+        schema=PERSON_SCHEMA,
+        schema_options={"whitespace": "default"},
         max_tokens=80,
         seed=1,
     )
-    import jsonschema
-
-    value = json.loads(out.text)
-    jsonschema.validate(value, PERSON_SCHEMA)
+    jsonschema.validate(out.value, PERSON_SCHEMA)
     print("JSON object (valid against its schema):")
-    print(json.dumps(value))
+    print(json.dumps(out.value))
     print(f"  [{_timing(out)}]\n")
 
     out = cn.generate(

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import dataclass
+from typing import Literal
 
+import jsonschema
 import pytest
 
 import constrain as cn
@@ -74,3 +78,37 @@ def test_bad_arguments(tiny_model):
         cn.generate(tiny_model, "x", regex=r"(?=a)a")
     with pytest.raises(ValueError, match="temperature"):
         cn.generate(tiny_model, "x", regex="a", temperature=0)
+
+
+@dataclass
+class Vote:
+    choice: Literal["yes", "no"]
+    weight: int
+
+
+def test_schema_and_type_generations_validate(tiny_model):
+    """With a random-weight model, every complete output under `schema=` or `type=` is valid."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer", "minimum": 1, "maximum": 99},
+            "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3},
+            "ok": {"type": "boolean"},
+        },
+        "required": ["id", "ok"],
+        "additionalProperties": False,
+    }
+    for seed in range(20):
+        out = cn.generate(tiny_model, "x", schema=schema, max_tokens=48, seed=seed, chat=False)
+        if out.complete:
+            assert out.value == json.loads(out.text)
+            jsonschema.validate(out.value, schema)
+        else:
+            assert out.finish_reason == "length" and out.value is None
+
+    out = cn.generate(tiny_model, "x", type=Vote, max_tokens=40, seed=0, chat=False)
+    assert not out.complete or out.value["choice"] in ("yes", "no")
+    out = cn.generate(
+        tiny_model, "x", schema={"enum": [1, 2]}, schema_options={"whitespace": "default"}
+    )
+    assert out.value in (1, 2)
