@@ -6,7 +6,7 @@ out = cn.generate(model, "Today's date?", regex=r"\\d{4}-\\d{2}-\\d{2}")
 """
 
 from constrain import grammars
-from constrain.api import GenerationResult, GenerationStats, generate
+from constrain.api import GenerationResult, GenerationStats, generate, smc
 from constrain.errors import (
     ConstrainError,
     GrammarError,
@@ -18,6 +18,9 @@ from constrain.errors import (
 )
 from constrain.grammar import Grammar
 from constrain.matcher import Constraint, Matcher
+from constrain.samplers import AWRS, LCD
+from constrain.samplers.asap import ASAp
+from constrain.samplers.smc import SMC, SMCResult
 from constrain.vocab import Vocabulary
 
 __version__ = "0.1.0"
@@ -37,6 +40,11 @@ def load_model(name_or_path: str | None = None, *, device: str = "auto", dtype=N
 
 
 __all__ = [
+    "ASAp",
+    "AWRS",
+    "LCD",
+    "SMC",
+    "SMCResult",
     "Constraint",
     "ConstrainError",
     "GenerationResult",
@@ -53,4 +61,5 @@ __all__ = [
     "generate",
     "grammars",
     "load_model",
+    "smc",
 ]

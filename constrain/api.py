@@ -11,15 +11,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from constrain.errors import ConstrainError
 from constrain.grammar import Grammar
 from constrain.matcher import Constraint
-from constrain.samplers import sample_lcd
+from constrain.samplers import TokenSampler, token_sampler
+from constrain.samplers.asap import ASAp
+from constrain.samplers.sequence import Particle, StepStats, decode, tempered
+from constrain.samplers.smc import SMC, SMCResult, WeightedText
 from constrain.vocab import Vocabulary
 
-__all__ = ["generate", "GenerationResult", "GenerationStats"]
+__all__ = ["generate", "smc", "GenerationResult", "GenerationStats"]
 
 
 @dataclass
@@ -29,6 +33,8 @@ class GenerationStats:
     prefill_s: float = 0.0
     token_s: list[float] = field(default_factory=list)  # wall time of each decoding step
     constraint_s: float = 0.0  # masks, checks and matcher updates
+    checks: int = 0  # Matcher.check calls by the token sampler
+    masks: int = 0  # full masks used (LCD: one per step; AWRS: only its fallbacks)
     compile_s: float = 0.0  # grammar compilation and binding to the vocabulary
     total_s: float = 0.0
 
@@ -50,8 +56,12 @@ class GenerationResult:
         complete: True when the text is in the constraint's language; a "length" result is
             marked incomplete, never silently invalid.
         value: for `schema=` and `type=`, the parsed JSON value (None when incomplete).
-        log_weight: sum over steps of log Z, the log mass the constraint allowed (the LCD
-            importance weight).
+        log_weight: the sequence's importance weight for the model conditioned on the
+            constraint: the sum of the token sampler's log-weights (LCD: log Z, the mass the
+            constraint allowed; AWRS: an unbiased estimate of it); 0 for greedy decoding and
+            ASAp; for SMC, the log marginal likelihood estimate. (Greedy decoding spends no
+            forward on an EOS the grammar forces; sampling does, to weigh it.)
+        particles: for SMC, every particle with its normalised weight.
     """
 
     text: str
@@ -61,6 +71,7 @@ class GenerationResult:
     complete: bool
     log_weight: float
     stats: GenerationStats
+    particles: list[WeightedText] | None = None
 
     def __str__(self) -> str:
         return self.text
@@ -106,7 +117,7 @@ def _constraint(
         raise ValueError(f"pass at most one constraint, got {', '.join(f'{k}=' for k in given)}")
     if not given:
         return None
-    (kind, spec), = given.items()
+    ((kind, spec),) = given.items()
     if kind == "grammar":
         spec = _as_grammar(spec)
         key = ("grammar", id(spec))
@@ -147,6 +158,7 @@ def generate(
     schema: dict | bool | str | None = None,
     type: Any = None,
     schema_options: Mapping[str, Any] | None = None,
+    sampler: str | TokenSampler | SMC | ASAp = "awrs",
     max_tokens: int = 256,
     temperature: float = 1.0,
     greedy: bool = False,
@@ -166,6 +178,10 @@ def generate(
             text); `type` a Python type (`Grammar.from_type`).
         schema_options: options of `Grammar.from_json_schema` (`whitespace`, `any_order`, ...)
             for `schema` and `type`.
+        sampler: "awrs" (default: adaptive weighted rejection sampling, a few checks per
+            token), "lcd" (a full mask per state), "awrs-two-pass", a token sampler object,
+            `cn.SMC(...)` (particles; the result is drawn from the weighted particles) or a
+            `cn.ASAp()` (grammar-aligned; reuse the object across calls).
         max_tokens: generation stops after this many tokens; if the constraint has not accepted
             by then, `finish_reason == "length"` and `complete` is False.
         temperature: softmax temperature; `greedy=True` takes the most likely allowed token.
@@ -179,69 +195,125 @@ def generate(
     vocab: Vocabulary = model.vocab
     options = dict(schema_options or {})
     constraint = _constraint(vocab, regex, choices, grammar, schema, type, options)
+    if constraint is None:
+        constraint = _free_text(vocab)
     stats.compile_s = time.perf_counter() - t_start
-    matcher = constraint.start() if constraint is not None else None
+    hook = tempered(temperature)
+    seed = seed if seed is not None else random.getrandbits(63)
+    prompt_ids = model.encode_prompt(prompt, chat=chat, system=system)
 
-    generator = torch.Generator(device=model.device)
-    generator.manual_seed(seed if seed is not None else random.getrandbits(63))
-    eos = set(vocab.eos_ids)
-    not_text = torch.ones(vocab.size, dtype=torch.bool)
-    not_text[torch.as_tensor(vocab.text_token_ids)] = False
-    free_mask = ~not_text
-    free_mask[list(eos)] = True
-    free_mask = free_mask.to(model.device)
-    masks_on_device: dict = {}
-
-    t0 = time.perf_counter()
-    stream = model.start(model.encode_prompt(prompt, chat=chat, system=system))
-    stats.prefill_s = time.perf_counter() - t0
-
-    tokens: list[int] = []
-    log_weight = 0.0
-    finish_reason = "length"
-    for _ in range(max_tokens):
-        t_step = time.perf_counter()
-        if matcher is not None and matcher.done():
-            finish_reason = "stop"  # only EOS can follow: no need to ask the model
-            break
-        logprobs = model.logprobs([stream])[0]
-        tc = time.perf_counter()
-        if matcher is None:
-            mask = free_mask
-        else:
-            state = matcher.state
-            mask = masks_on_device.get(state)
-            if mask is None:
-                mask = torch.from_numpy(matcher.mask().copy()).to(model.device)
-                masks_on_device[state] = mask
-        stats.constraint_s += time.perf_counter() - tc
-        token, log_z = sample_lcd(
-            logprobs, mask, temperature=temperature, greedy=greedy, generator=generator
+    particles = None
+    if isinstance(sampler, SMC):
+        if greedy:
+            raise ValueError("SMC samples; greedy=True needs a token sampler such as 'awrs'")
+        result = sampler.run(
+            model, prompt_ids, constraint, max_tokens=max_tokens, temperature=temperature, seed=seed
         )
-        log_weight += log_z
-        tc = time.perf_counter()
-        if matcher is not None:
-            matcher.advance(token)
-        stats.constraint_s += time.perf_counter() - tc
-        stats.token_s.append(time.perf_counter() - t_step)
-        if token in eos:
-            finish_reason = "stop"
-            break
-        tokens.append(token)
-        model.append(stream, token)
-
-    complete = matcher is None or matcher.finished() or matcher.accepting()
-    if finish_reason == "stop" and not complete:
-        raise ConstrainError("internal error: generation stopped in a non-accepting state")
+        particles = result.particles
+        chosen = result.choice(np.random.default_rng(seed))
+        if chosen is None:
+            chosen = particles[0]
+        tokens, finish_reason, complete = chosen.tokens, chosen.finish_reason, chosen.complete
+        log_weight, steps = result.log_ml, result.stats
+    else:
+        generator = torch.Generator(device=model.device)
+        generator.manual_seed(seed)
+        steps = StepStats()
+        t0 = time.perf_counter()
+        if isinstance(sampler, ASAp):
+            if greedy:
+                raise ValueError("ASAp samples; greedy=True needs a token sampler such as 'awrs'")
+            particle = sampler.run(
+                model,
+                prompt_ids,
+                constraint,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                generator=generator,
+                stats=steps,
+            )
+        else:
+            particle = Particle(model.start(prompt_ids), constraint.start())
+            stats.prefill_s = time.perf_counter() - t0
+            (particle,) = decode(
+                model,
+                [particle],
+                token_sampler(sampler),
+                max_tokens=max_tokens,
+                hook=hook,
+                generator=generator,
+                greedy=greedy,
+                stats=steps,
+                score_eos=not greedy,  # greedy has no weight to complete: save the forward
+            )
+        tokens, finish_reason, log_weight = (
+            particle.tokens,
+            particle.finish_reason,
+            particle.log_weight,
+        )
+        complete = particle.matcher.finished()
+        if finish_reason == "dead":
+            raise ConstrainError(f"generation cannot continue: {particle.reason}")
+    stats.token_s = steps.step_s
+    stats.constraint_s = steps.constraint_s
+    stats.checks = steps.checks
+    stats.masks = steps.masks
     stats.total_s = time.perf_counter() - t_start
     text = vocab.decode(tokens)
     is_json = schema is not None or type is not None
     return GenerationResult(
         text=text,
         value=json.loads(text) if is_json and complete else None,
-        tokens=tokens,
+        tokens=list(tokens),
         finish_reason=finish_reason,
         complete=complete,
         log_weight=log_weight,
         stats=stats,
+        particles=particles,
     )
+
+
+def smc(
+    model,
+    prompt: str | Sequence[dict],
+    *,
+    particles: int = 8,
+    ess_threshold: float = 0.5,
+    resampling: str = "stratified",
+    token_sampler: str | TokenSampler = "awrs",
+    regex: str | None = None,
+    choices: Sequence[str] | None = None,
+    grammar: Grammar | str | os.PathLike | None = None,
+    schema: dict | bool | str | None = None,
+    type: Any = None,
+    schema_options: Mapping[str, Any] | None = None,
+    max_tokens: int = 256,
+    temperature: float = 1.0,
+    seed: int | None = None,
+    chat: bool | None = None,
+    system: str | None = None,
+) -> SMCResult:
+    """Sequential Monte Carlo: `particles` weighted generations that together approximate the
+    model conditioned on the constraint. Returns `.particles` (text, tokens, normalised
+    `weight`, `log_weight`, `finish_reason`), `.log_ml` and `.best`. Arguments as `generate`
+    and `cn.SMC`."""
+    config = SMC(particles, ess_threshold, resampling, token_sampler)
+    constraint = _constraint(
+        model.vocab, regex, choices, grammar, schema, type, dict(schema_options or {})
+    )
+    return config.run(
+        model,
+        model.encode_prompt(prompt, chat=chat, system=system),
+        constraint if constraint is not None else _free_text(model.vocab),
+        max_tokens=max_tokens,
+        temperature=temperature,
+        seed=seed,
+    )
+
+
+def _free_text(vocab: Vocabulary) -> Constraint:
+    """The constraint of unconstrained generation: any text (valid UTF-8), EOS anywhere."""
+    per_vocab = _constraint_cache.setdefault(vocab, {})
+    if ("free",) not in per_vocab:
+        per_vocab[("free",)] = Constraint(Grammar.from_regex(r"(?:.|\n)*"), vocab)
+    return per_vocab[("free",)]

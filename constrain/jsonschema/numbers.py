@@ -16,7 +16,6 @@ from constrain.regex import ByteDFA, combine, compile_regex, dfa_from_table
 __all__ = ["INTEGER", "NUMBER", "bound_regex", "magnitude_range", "multiple_of_dfa"]
 
 
-
 def _same_length(lo: str, hi: str) -> str:
     """Digit strings of equal length between lo and hi (inclusive)."""
     if not lo:

@@ -1,5 +1,23 @@
-"""Token samplers: draw the next token under a constraint and return a proper log-weight."""
+"""Samplers: token samplers (LCD, AWRS) and sequence samplers (SMC, ASAp).
 
-from constrain.samplers.lcd import sample_lcd
+Token samplers draw one token under a Matcher and return a properly weighted log-weight
+(`constrain.samplers.base`); sequence samplers drive whole generations with them.
+"""
 
-__all__ = ["sample_lcd"]
+from constrain.samplers.awrs import AWRS
+from constrain.samplers.base import Draw, TokenSampler
+from constrain.samplers.lcd import LCD
+
+__all__ = ["AWRS", "LCD", "Draw", "TokenSampler", "token_sampler"]
+
+
+def token_sampler(spec: "str | TokenSampler") -> TokenSampler:
+    """A token sampler from its name ("awrs", "awrs-two-pass", "lcd") or itself."""
+    if not isinstance(spec, str):
+        if not callable(getattr(spec, "sample", None)):
+            raise TypeError(f"not a token sampler: {spec!r}")
+        return spec
+    named = {"awrs": AWRS, "lcd": LCD, "awrs-two-pass": lambda: AWRS("two-pass")}
+    if spec not in named:
+        raise ValueError(f"unknown sampler {spec!r}; expected one of {sorted(named)}")
+    return named[spec]()

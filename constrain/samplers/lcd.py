@@ -1,48 +1,71 @@
 """Locally constrained decoding (LCD): mask the disallowed tokens, renormalise, sample.
 
-For next-token log-probabilities ``p`` (after temperature) and the constraint's allowed set
-``A``, LCD samples ``t ~ p(t) 1{t in A} / Z`` with ``Z = sum_{t in A} p(t)`` and returns the
-log-weight ``log Z``, which makes the sample properly weighted for the unnormalised target
-``p(t) 1{t in A}``: ``E[Z 1{y = t}] = p(t) 1{t in A}``.
+For next-token log-probabilities ``log p`` and the constraint's allowed set ``A`` (the full mask
+of the Matcher), LCD samples ``t ~ p(t) 1{t in A} / Z`` with ``Z = sum_{t in A} p(t)`` and
+returns ``log Z``: the draw is exact and the weight has zero variance. The price is a mask over
+the whole vocabulary at every new automaton state (cached by state, then copied to the device).
 """
 
 from __future__ import annotations
 
 import math
+import weakref
+from collections import OrderedDict
 
 import torch
 
+from constrain.matcher import Constraint, Matcher
+from constrain.samplers.base import Draw
 
-def sample_lcd(
-    logprobs: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    temperature: float = 1.0,
-    greedy: bool = False,
-    generator: torch.Generator | None = None,
-) -> tuple[int, float]:
-    """Sample one token from `logprobs` restricted to `mask`.
+__all__ = ["LCD"]
 
-    Args:
-        logprobs: (V,) next-token log-probabilities.
-        mask: (V,) bool, True where the constraint allows the token; must allow at least one.
-        temperature: divides the logits before normalisation (ignored when `greedy`).
-        greedy: take the most likely allowed token.
-        generator: torch RNG for reproducible sampling.
+_DEVICE_MASKS_PER_CONSTRAINT = 256  # masks kept on the device per constraint (least recent out)
 
-    Returns:
-        (token, log Z) where Z is the probability mass of the allowed tokens.
-    """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}; use greedy=True instead")
-    scores = logprobs if temperature == 1.0 else torch.log_softmax(logprobs / temperature, dim=-1)
-    masked = scores.masked_fill(~mask, -math.inf)
-    log_z = torch.logsumexp(masked, dim=-1)
-    if not torch.isfinite(log_z):
-        raise ValueError("the mask allows no token with non-zero probability")
-    if greedy:
-        token = int(torch.argmax(masked))
-    else:
+
+class LCD:
+    """The masking token sampler (exact local draw, weight log Z from the mask)."""
+
+    name = "lcd"
+
+    def __init__(self) -> None:
+        self._device_masks: weakref.WeakKeyDictionary[Constraint, OrderedDict] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def device_mask(self, matcher: Matcher, device: torch.device) -> torch.Tensor:
+        """The matcher's mask as a bool tensor on `device` (cached by automaton state)."""
+        cache = self._device_masks.setdefault(matcher.constraint, OrderedDict())
+        key = (matcher.state, device)
+        mask = cache.get(key)
+        if mask is None:
+            mask = torch.from_numpy(matcher.mask().copy()).to(device)
+            cache[key] = mask
+            if len(cache) > _DEVICE_MASKS_PER_CONSTRAINT:
+                cache.popitem(last=False)
+        else:
+            cache.move_to_end(key)
+        return mask
+
+    def sample(
+        self,
+        logprobs: torch.Tensor,
+        matcher: Matcher,
+        generator: torch.Generator | None = None,
+        *,
+        greedy: bool = False,
+    ) -> Draw:
+        mask = self.device_mask(matcher, logprobs.device)
+        masked = logprobs.masked_fill(~mask[: logprobs.shape[-1]], -math.inf)
+        log_z = float(torch.logsumexp(masked, dim=-1))
+        if log_z == -math.inf:
+            allowed = mask.nonzero()
+            token = int(allowed[0]) if len(allowed) else 0
+            return Draw(token, -math.inf, masks=1, reason=_NOTHING_LIKELY)
+        if greedy:
+            return Draw(int(torch.argmax(masked)), 0.0, masks=1)
         probs = torch.exp(masked - log_z)
         token = int(torch.multinomial(probs, 1, generator=generator))
-    return token, float(log_z)
+        return Draw(token, log_z, masks=1)
+
+
+_NOTHING_LIKELY = "every token the constraint allows has probability 0 under the model"

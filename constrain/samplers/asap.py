@@ -1,0 +1,207 @@
+"""ASAp: adaptive sampling with approximate expected futures (Park et al., NeurIPS 2024).
+
+Grammar-constrained decoding samples each token from ``p(t | u) c(u t)``, the model restricted
+to tokens that keep the prefix u completable. The grammar-conditional distribution wants
+``p(t | u) EFG(u t)`` instead, where ``EFG(v) = sum over complete texts x extending v of
+p(x EOS | v)`` is the expected future grammaticality: the probability that the model, left
+alone, finishes v inside the language. EFG is intractable; ASAp keeps an over-approximation
+``theta(v) >= EFG(v)`` in a persistent trie of the prefixes it has sampled:
+
+* an unvisited prefix has ``theta = c(v)`` (1 if completable, else 0; the mask gives it);
+* after each sample, along its path from the leaf up,
+  ``theta(u) = sum over allowed t of p(t | u) theta(u t)
+  = Z(u) - sum over visited children t of p(t | u) (1 - theta(u t))``;
+* the next sample draws ``t`` in proportion to ``p(t | u) theta(u t)``.
+
+So the first sample is plain constrained decoding, and every sample makes theta tighter
+(it never increases and never drops below EFG); repeated samples converge to
+``p(x | x in L)``. Samples are unweighted; exactness is asymptotic (see the tests for the
+17-string example of the paper). The trie belongs to one (model, prompt, constraint,
+temperature) and can be saved and loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from constrain.matcher import Constraint
+from constrain.samplers.lcd import LCD
+from constrain.samplers.sequence import Particle, StepStats, tempered
+
+__all__ = ["ASAp"]
+
+_FORMAT = "constrain.asap/1"
+
+
+@dataclass
+class _Node:
+    """A sampled prefix: the allowed mass Z (once visited) and the sampled children."""
+
+    log_z: float | None = None
+    theta: float = 1.0
+    children: dict[int, tuple[float, _Node]] = field(default_factory=dict)  # token -> (log p, node)
+
+    def update(self) -> None:
+        if self.log_z is None:
+            return
+        lost = sum(math.exp(lp) * (1.0 - child.theta) for lp, child in self.children.values())
+        self.theta = min(self.theta, max(0.0, math.exp(self.log_z) - lost))
+
+
+class ASAp:
+    """Grammar-aligned sampling: a persistent sampler whose repeated samples converge to the
+    model conditioned on the constraint.
+
+    Use one ASAp object per (model, prompt, constraint, temperature) and call
+    ``cn.generate(..., sampler=asap)`` (or `run`) repeatedly; `save` / `load` keep its trie.
+    """
+
+    name = "asap"
+
+    def __init__(self) -> None:
+        self.root = _Node()
+        self.samples = 0
+        self.signature: dict | None = None
+        self._lcd = LCD()
+        self._prompt_stream = None
+
+    # -- sampling --------------------------------------------------------------------------------
+
+    def run(
+        self,
+        model,
+        prompt_ids: list[int],
+        constraint: Constraint,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 1.0,
+        generator: torch.Generator | None = None,
+        stats: StepStats | None = None,
+    ) -> Particle:
+        """Draw one sample and tighten the trie with it."""
+        self._bind(model, prompt_ids, constraint, temperature)
+        hook = tempered(temperature)
+        stats = stats if stats is not None else StepStats()
+        if self._prompt_stream is None:
+            self._prompt_stream = model.start(prompt_ids)
+        particle = Particle(model.fork(self._prompt_stream), constraint.start())
+        node, path = self.root, [self.root]
+        eos_ids = set(model.vocab.eos_ids)
+        for _ in range(max_tokens):
+            rows = model.logprobs([particle.stream])
+            stats.forwards += 1
+            row = hook(rows[0])
+            token = self._draw(node, row, particle, generator)
+            stats.draws += 1
+            stats.masks += 1
+            if token is None:
+                particle.log_weight = -math.inf
+                particle.finish("dead", "every allowed token has probability 0")
+                break
+            if token not in node.children:
+                node.children[token] = (float(row[token]), _Node())
+            node = node.children[token][1]
+            path.append(node)
+            particle.matcher.advance(token)
+            if token in eos_ids:
+                particle.finish("stop")
+                break
+            particle.tokens.append(token)
+            model.append(particle.stream, token)
+        else:
+            complete = particle.matcher.accepting()
+            particle.finish("length", "" if complete else "max_tokens reached before the end")
+        for visited in reversed(path):
+            visited.update()
+        self.samples += 1
+        return particle
+
+    def _draw(self, node: _Node, row: torch.Tensor, particle: Particle, generator) -> int | None:
+        """A token in proportion to p(t | u) theta(u t) over the allowed tokens."""
+        mask = self._lcd.device_mask(particle.matcher, row.device)
+        scores = row.double().masked_fill(~mask[: row.shape[-1]], -math.inf)
+        if node.log_z is None:
+            node.log_z = float(torch.logsumexp(scores, dim=-1))
+        for token, (_, child) in node.children.items():
+            scores[token] += math.log(child.theta) if child.theta > 0 else -math.inf
+        total = torch.logsumexp(scores, dim=-1)
+        if total == -math.inf:
+            return None
+        return int(torch.multinomial(torch.exp(scores - total), 1, generator=generator))
+
+    def _bind(self, model, prompt_ids, constraint: Constraint, temperature: float) -> None:
+        grammar = constraint.grammar
+        signature = {
+            "model": getattr(model, "name", ""),
+            "vocab_size": model.vocab.size,
+            "prompt_ids": list(prompt_ids),
+            "grammar": f"{grammar.kind}:{grammar.source}",
+            "temperature": temperature,
+        }
+        if self.signature is None:
+            self.signature = signature
+        elif self.signature != signature:
+            changed = [k for k in signature if signature[k] != self.signature[k]]
+            raise ValueError(
+                f"this ASAp trie was built for another {', '.join(changed)}; "
+                f"use a new cn.ASAp() for a new prompt, constraint, model or temperature"
+            )
+
+    # -- inspection and persistence ----------------------------------------------------------------
+
+    def theta(self, tokens: list[int]) -> float:
+        """The current over-approximation of the expected future grammaticality after
+        `tokens` (1.0 for a prefix never sampled)."""
+        node = self.root
+        for t in tokens:
+            if t not in node.children:
+                return 1.0
+            node = node.children[t][1]
+        return node.theta
+
+    def nodes(self) -> list[tuple[tuple[int, ...], float]]:
+        """Every sampled prefix with its theta (depth first)."""
+        out, stack = [], [((), self.root)]
+        while stack:
+            prefix, node = stack.pop()
+            out.append((prefix, node.theta))
+            stack.extend((prefix + (t,), child) for t, (_, child) in node.children.items())
+        return out
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the trie and its signature as JSON (flat node list: no recursion limit)."""
+        index: dict[int, int] = {}
+        order: list[_Node] = []
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            index[id(node)] = len(order)
+            order.append(node)
+            stack.extend(child for _, child in node.children.values())
+        nodes = [
+            [n.log_z, n.theta, [[t, lp, index[id(c)]] for t, (lp, c) in n.children.items()]]
+            for n in order
+        ]
+        data = {"format": _FORMAT, "signature": self.signature, "samples": self.samples}
+        data["nodes"] = nodes
+        with open(path, "w") as f:
+            json.dump(data, f)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ASAp:
+        """Read a trie written by `save`."""
+        with open(path) as f:
+            data = json.load(f)
+        if data.get("format") != _FORMAT:
+            raise ValueError(f"{path} is not an ASAp trie ({_FORMAT})")
+        nodes = [_Node(log_z, theta) for log_z, theta, _ in data["nodes"]]
+        for node, (_, _, children) in zip(nodes, data["nodes"]):
+            node.children = {t: (lp, nodes[i]) for t, lp, i in children}
+        asap = cls()
+        asap.root, asap.samples, asap.signature = nodes[0], data["samples"], data["signature"]
+        return asap

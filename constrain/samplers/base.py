@@ -1,0 +1,54 @@
+"""The token-sampler contract shared by LCD and AWRS.
+
+A token sampler draws the next token under a constraint from next-token log-probabilities
+``log p`` (already processed: temperature, guidance, ...) and returns a log-weight such that
+the pair is *properly weighted* for the unnormalised target ``p(t) c(t)``, where ``c(t)`` is 1
+when the token keeps the output completable (EOS: when the text is complete):
+
+    E[ w * 1{token = t} ] = p(t) c(t)        for every token t.
+
+Summing over t, ``E[w] = Z``, the mass the constraint allows; so the product of the weights along
+a sequence corrects the bias of local constraint enforcement, which is what SMC relies on.
+A weight of -inf means no token with non-zero probability keeps the output completable: the
+sequence is dead, its token must not be consumed, and `reason` says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from constrain.matcher import Matcher
+
+__all__ = ["Draw", "TokenSampler"]
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One sampled token: its id, its log-weight, and the constraint checks it cost."""
+
+    token: int
+    log_weight: float
+    checks: int = 0  # Matcher.check calls (a full mask counts as 0 checks; see `masks`)
+    masks: int = 0  # full masks computed or fetched
+    reason: str = ""  # why log_weight is -inf
+
+
+class TokenSampler(Protocol):
+    """Draws one token under a Matcher; see the module docstring for the weight contract."""
+
+    name: str
+
+    def sample(
+        self,
+        logprobs: torch.Tensor,
+        matcher: Matcher,
+        generator: torch.Generator | None = None,
+        *,
+        greedy: bool = False,
+    ) -> Draw:
+        """Draw from ``p(t) c(t) / Z`` (the most likely allowed token when `greedy`; greedy
+        draws carry log-weight 0, they are not properly weighted)."""
+        ...

@@ -1,0 +1,213 @@
+"""One step of constrained decoding for a batch of sequences: the loop every sampler shares.
+
+A `Particle` is one sequence in flight: the model stream, the Matcher, the generated tokens and
+the running log-weight. `advance` runs one batched forward for the live particles and lets a
+token sampler pick each next token, so single-sequence generation, SMC and their statistics
+all come from the same code.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from constrain.matcher import Matcher
+from constrain.samplers.base import Draw, TokenSampler
+
+__all__ = [
+    "Particle",
+    "StepStats",
+    "advance",
+    "decode",
+    "finish_at_length",
+    "forced_eos",
+    "tempered",
+]
+
+LogprobsHook = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class StepStats:
+    """Counters across steps: forwards, draws, constraint checks and time."""
+
+    forwards: int = 0
+    draws: int = 0
+    checks: int = 0
+    masks: int = 0
+    forward_s: float = 0.0
+    constraint_s: float = 0.0  # sampler (checks, masks) and matcher updates
+    step_s: list[float] = field(default_factory=list)  # wall time of each batched step
+
+
+@dataclass
+class Particle:
+    """One sequence: its stream, matcher, generated tokens and log-weight.
+
+    `finish_reason` is None while it runs, then "stop" (EOS), "length" (max_tokens reached;
+    EOS forced with its weight when the text is complete, else weight -inf) or "dead" (no
+    allowed token had non-zero probability; weight -inf).
+    """
+
+    stream: object
+    matcher: Matcher
+    tokens: list[int] = field(default_factory=list)
+    log_weight: float = 0.0
+    finish_reason: str | None = None
+    reason: str = ""
+
+    @property
+    def running(self) -> bool:
+        return self.finish_reason is None
+
+    def finish(self, reason: str, why: str = "") -> None:
+        self.finish_reason = reason
+        self.reason = why
+        self.stream = None  # release the KV cache
+
+    def fork(self, model) -> Particle:
+        stream = model.fork(self.stream) if self.stream is not None else None
+        twin = Particle(stream, self.matcher.fork(), list(self.tokens), self.log_weight)
+        twin.finish_reason, twin.reason = self.finish_reason, self.reason
+        return twin
+
+
+def tempered(temperature: float) -> LogprobsHook:
+    """The log-probabilities at `temperature` (renormalised)."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}; use greedy=True instead")
+    if temperature == 1.0:
+        return lambda lp: lp
+    return lambda lp: torch.log_softmax(lp / temperature, dim=-1)
+
+
+def forced_eos(logprobs: torch.Tensor, eos_ids: Sequence[int], generator, greedy: bool) -> Draw:
+    """The draw when only EOS is allowed: an EOS id by its probability, weight log P(EOS)."""
+    rows = logprobs[list(eos_ids)]
+    log_z = float(torch.logsumexp(rows.double(), dim=-1))
+    if log_z == -math.inf:
+        return Draw(eos_ids[0], -math.inf, reason="only EOS is allowed and it has probability 0")
+    if greedy or len(eos_ids) == 1:
+        return Draw(eos_ids[int(torch.argmax(rows))], 0.0 if greedy else log_z)
+    pick = int(torch.multinomial(torch.exp(rows.double() - log_z), 1, generator=generator))
+    return Draw(eos_ids[pick], log_z)
+
+
+def advance(
+    model,
+    particles: Sequence[Particle],
+    sampler: TokenSampler,
+    *,
+    hook: LogprobsHook,
+    generator: torch.Generator | None,
+    greedy: bool,
+    stats: StepStats,
+) -> None:
+    """One token for every particle: one batched forward, then a draw per particle.
+
+    A particle whose matcher allows only EOS takes it with weight log P(EOS) without running
+    the token sampler (a rejection sampler would wade through the vocabulary to find it).
+    """
+    t_start = time.perf_counter()
+    rows = model.logprobs([p.stream for p in particles])
+    stats.forwards += 1
+    stats.forward_s += time.perf_counter() - t_start
+    eos_ids = model.vocab.eos_ids
+    for particle, row in zip(particles, rows):
+        row = hook(row)
+        t0 = time.perf_counter()
+        matcher = particle.matcher
+        if matcher.done():
+            draw = forced_eos(row, eos_ids, generator, greedy)
+        else:
+            draw = sampler.sample(row, matcher, generator, greedy=greedy)
+        stats.draws += 1
+        stats.checks += draw.checks
+        stats.masks += draw.masks
+        if draw.log_weight == -math.inf:
+            stats.constraint_s += time.perf_counter() - t0
+            particle.log_weight = -math.inf
+            particle.finish("dead", draw.reason)
+            continue
+        particle.log_weight += draw.log_weight
+        matcher.advance(draw.token)
+        stats.constraint_s += time.perf_counter() - t0
+        if matcher.finished():
+            particle.finish("stop")
+        else:
+            particle.tokens.append(draw.token)
+            model.append(particle.stream, draw.token)
+    stats.step_s.append(time.perf_counter() - t_start)
+
+
+def finish_at_length(
+    model,
+    particles: Sequence[Particle],
+    *,
+    hook: LogprobsHook,
+    score_eos: bool,
+    stats: StepStats,
+) -> None:
+    """`max_tokens` reached: EOS is forced where the text is complete (weighted by its
+    probability when `score_eos`, which costs one forward); elsewhere the weight is -inf."""
+    complete = [p for p in particles if p.matcher.accepting()]
+    if score_eos and complete:
+        t0 = time.perf_counter()
+        rows = model.logprobs([p.stream for p in complete])
+        stats.forwards += 1
+        stats.forward_s += time.perf_counter() - t0
+        eos = list(model.vocab.eos_ids)
+        for particle, row in zip(complete, rows):
+            particle.log_weight += float(torch.logsumexp(hook(row)[eos].double(), dim=-1))
+    for particle in particles:
+        if particle.matcher.accepting():
+            particle.matcher.advance(model.vocab.eos_ids[0])
+            particle.finish("length")
+        else:
+            particle.log_weight = -math.inf
+            particle.finish("length", "max_tokens reached before the text was complete")
+
+
+def decode(
+    model,
+    particles: list[Particle],
+    sampler: TokenSampler,
+    *,
+    max_tokens: int,
+    hook: LogprobsHook,
+    generator: torch.Generator | None,
+    greedy: bool,
+    stats: StepStats,
+    score_eos: bool,
+    between_steps: Callable[[list[Particle]], list[Particle]] | None = None,
+) -> list[Particle]:
+    """Run `particles` until each stops, dies or reaches `max_tokens`.
+
+    Args:
+        score_eos: weight the final EOS by its probability even when the grammar forces it
+            (one more forward). Without it, a particle whose matcher allows only EOS ends at
+            once: the text is the same, only the weight misses that last factor.
+        between_steps: called after every step with the particles (SMC resamples there);
+            returns the particles to continue with.
+    """
+    eos = model.vocab.eos_ids[0]
+    for _ in range(max_tokens):
+        running = [p for p in particles if p.running]
+        if not score_eos:
+            for p in running:
+                if p.matcher.done():
+                    p.matcher.advance(eos)
+                    p.finish("stop")
+            running = [p for p in running if p.running]
+        if not running:
+            return particles
+        advance(model, running, sampler, hook=hook, generator=generator, greedy=greedy, stats=stats)
+        if between_steps is not None:
+            particles = between_steps(particles)
+    running = [p for p in particles if p.running]
+    finish_at_length(model, running, hook=hook, score_eos=score_eos, stats=stats)
+    return particles
