@@ -360,3 +360,14 @@ def test_grammar_from_python_types(annotation, good, bad):
 def test_unsupported_python_types_are_named():
     with pytest.raises(TypeError, match="complex"):
         cn.Grammar.from_type(complex)
+
+
+def test_draft4_integers_are_literals():
+    """Draft 4 counts only integer literals as integers; later drafts also accept 1.0."""
+    for dialect, accepts_fraction in (
+        ("http://json-schema.org/draft-04/schema#", False),
+        ("http://json-schema.org/draft-07/schema#", True),
+        ("https://json-schema.org/draft/2020-12/schema", True),
+    ):
+        g = cn.Grammar.from_json_schema({"$schema": dialect, "type": "integer"})
+        assert g.matches("12") and g.matches("12.0") == accepts_fraction, dialect

@@ -21,7 +21,7 @@ SPEC_FORMATS = frozenset(
 
 # keyword -> (status, how / limits); status: "exact", "partial" or "no"
 KEYWORDS: dict[str, tuple[str, str]] = {
-    "type": ("exact", "string or array of types; `integer` admits `1.0`"),
+    "type": ("exact", "string or array of types; `integer` admits `1.0` (not under draft 4, as its `$schema` says)"),
     "enum": ("exact", "any JSON values; numbers compared by value (`1` matches `1.0`)"),
     "const": ("exact", "any JSON value"),
     "$ref": ("exact", "JSON pointers, `$anchor`s and `$id`-relative URIs inside the document; "

@@ -21,7 +21,13 @@ from typing import Any
 from constrain.errors import RegexError, UnsupportedSchemaError
 from constrain.jsonschema.formats import FORMATS
 from constrain.jsonschema.keywords import SPEC_FORMATS
-from constrain.jsonschema.numbers import INTEGER, NUMBER, bound_regex, multiple_of_dfa
+from constrain.jsonschema.numbers import (
+    INTEGER,
+    INTEGER_LITERAL,
+    NUMBER,
+    bound_regex,
+    multiple_of_dfa,
+)
 from constrain.jsonschema.refs import Resources
 from constrain.jsonschema.shapes import (
     ANY,
@@ -56,6 +62,7 @@ __all__ = ["Normalizer"]
 _TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 _LONG = 256  # longer length bounds stay symbolic (counted in the grammar), unless combined
 _LEGACY = ("draft-04", "draft-06", "draft-07", "draft4", "draft6", "draft7")
+_DRAFT4 = ("draft-04", "draft4")
 
 
 def _dfa(pattern: str, **kw) -> ByteDFA:
@@ -68,6 +75,8 @@ class Normalizer:
     def __init__(self, root: Any, *, lenient: bool = False, max_depth: int = 64):
         dialect = root.get("$schema", "") if isinstance(root, Mapping) else ""
         self.legacy = isinstance(dialect, str) and any(d in dialect for d in _LEGACY)
+        # draft 4 counts only integer literals as integers (6 and later also accept 1.0)
+        self.draft4 = isinstance(dialect, str) and any(d in dialect for d in _DRAFT4)
         self.resources = Resources(root, legacy_ids=self.legacy)
         self.lenient = lenient
         self.max_depth = max_depth
@@ -274,7 +283,7 @@ class Normalizer:
         return only(scalars=scalars, arrays=arrays, objects=objects, text=text)
 
     def _number(self, s: Mapping, ptr: str, integer: bool) -> ByteDFA:
-        dfa = _dfa(INTEGER if integer else NUMBER)
+        dfa = _dfa((INTEGER_LITERAL if self.draft4 else INTEGER) if integer else NUMBER)
         for keyword in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
             if keyword not in s or isinstance(s[keyword], bool):
                 continue  # draft 4 booleans are read with their minimum / maximum below

@@ -13,7 +13,7 @@ import numpy as np
 
 from constrain.regex import ByteDFA, combine, compile_regex, dfa_from_table
 
-__all__ = ["INTEGER", "NUMBER", "bound_regex", "magnitude_range", "multiple_of_dfa"]
+__all__ = ["INTEGER", "INTEGER_LITERAL", "NUMBER", "bound_regex", "magnitude_range", "multiple_of_dfa"]
 
 
 def _same_length(lo: str, hi: str) -> str:
@@ -61,6 +61,7 @@ def magnitude_range(lo: int, hi: int | None) -> str | None:
 
 NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?"
 INTEGER = r"-?(?:0|[1-9][0-9]*)(?:\.0+)?"  # integer-valued: 1.0 is an integer
+INTEGER_LITERAL = r"-?(?:0|[1-9][0-9]*)"  # draft 4's integers: no fraction part
 _ANY_FRACTION = r"(?:\.[0-9]+)?"
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from constrain.matcher import Constraint
+from constrain.samplers.base import categorical
 from constrain.samplers.lcd import LCD
 from constrain.samplers.sequence import Particle, StepStats, tempered
 
@@ -129,10 +130,8 @@ class ASAp:
             node.log_z = float(torch.logsumexp(scores, dim=-1))
         for token, (_, child) in node.children.items():
             scores[token] += math.log(child.theta) if child.theta > 0 else -math.inf
-        total = torch.logsumexp(scores, dim=-1)
-        if total == -math.inf:
-            return None
-        return int(torch.multinomial(torch.exp(scores - total), 1, generator=generator))
+        token, _ = categorical(scores, generator)
+        return token if token >= 0 else None
 
     def _bind(self, model, prompt_ids, constraint: Constraint, temperature: float) -> None:
         grammar = constraint.grammar

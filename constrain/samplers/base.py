@@ -15,14 +15,16 @@ sequence is dead, its token must not be consumed, and `reason` says why.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from constrain.matcher import Matcher
 
-__all__ = ["Draw", "TokenSampler"]
+__all__ = ["Draw", "TokenSampler", "categorical"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class Draw:
     checks: int = 0  # Matcher.check calls (a full mask counts as 0 checks; see `masks`)
     masks: int = 0  # full masks computed or fetched
     reason: str = ""  # why log_weight is -inf
+    constraint_s: float = 0.0  # time spent in Matcher.check / Matcher.mask
 
 
 class TokenSampler(Protocol):
@@ -52,3 +55,24 @@ class TokenSampler(Protocol):
         """Draw from ``p(t) c(t) / Z`` (the most likely allowed token when `greedy`; greedy
         draws carry log-weight 0, they are not properly weighted)."""
         ...
+
+
+def categorical(scores: torch.Tensor, generator: torch.Generator | None = None) -> tuple[int, float]:
+    """One index drawn with probability proportional to ``exp(scores)``, and
+    ``logsumexp(scores)``; (-1, -inf) when every score is -inf.
+
+    An inverse-CDF draw in float64 on the CPU: one uniform from `generator` and a binary search
+    in the cumulative sum (``torch.multinomial`` costs several times more on a CPU).
+    """
+    scores = scores.detach().cpu()
+    top = float(scores.max())
+    if top == float("-inf"):
+        return -1, top
+    cdf = torch.cumsum(torch.exp(scores - top).double(), 0).numpy()
+    total = float(cdf[-1])
+    device = generator.device if generator is not None else "cpu"
+    u = float(torch.rand(1, generator=generator, device=device)) * total
+    index = min(int(np.searchsorted(cdf, u, side="right")), len(cdf) - 1)
+    while index > 0 and cdf[index] == cdf[index - 1]:  # rounding landed on a zero weight
+        index -= 1
+    return index, top + math.log(total)

@@ -9,13 +9,14 @@ the whole vocabulary at every new automaton state (cached by state, then copied 
 from __future__ import annotations
 
 import math
+import time
 import weakref
 from collections import OrderedDict
 
 import torch
 
 from constrain.matcher import Constraint, Matcher
-from constrain.samplers.base import Draw
+from constrain.samplers.base import Draw, categorical
 
 __all__ = ["LCD"]
 
@@ -54,18 +55,18 @@ class LCD:
         *,
         greedy: bool = False,
     ) -> Draw:
+        t0 = time.perf_counter()
         mask = self.device_mask(matcher, logprobs.device)
+        spent = time.perf_counter() - t0
         masked = logprobs.masked_fill(~mask[: logprobs.shape[-1]], -math.inf)
-        log_z = float(torch.logsumexp(masked, dim=-1))
-        if log_z == -math.inf:
-            allowed = mask.nonzero()
-            token = int(allowed[0]) if len(allowed) else 0
-            return Draw(token, -math.inf, masks=1, reason=_NOTHING_LIKELY)
         if greedy:
-            return Draw(int(torch.argmax(masked)), 0.0, masks=1)
-        probs = torch.exp(masked - log_z)
-        token = int(torch.multinomial(probs, 1, generator=generator))
-        return Draw(token, log_z, masks=1)
+            if not bool(torch.isfinite(masked).any()):
+                return Draw(0, -math.inf, masks=1, reason=_NOTHING_LIKELY, constraint_s=spent)
+            return Draw(int(torch.argmax(masked)), 0.0, masks=1, constraint_s=spent)
+        token, log_z = categorical(masked, generator)
+        if token < 0:
+            return Draw(0, -math.inf, masks=1, reason=_NOTHING_LIKELY, constraint_s=spent)
+        return Draw(token, log_z, masks=1, constraint_s=spent)
 
 
 _NOTHING_LIKELY = "every token the constraint allows has probability 0 under the model"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from constrain.matcher import Matcher
-from constrain.samplers.base import Draw, TokenSampler
+from constrain.samplers.base import Draw, TokenSampler, categorical
 
 __all__ = [
     "Particle",
@@ -40,7 +40,9 @@ class StepStats:
     checks: int = 0
     masks: int = 0
     forward_s: float = 0.0
-    constraint_s: float = 0.0  # sampler (checks, masks) and matcher updates
+    sample_s: float = 0.0  # token samplers, all included
+    constraint_s: float = 0.0  # Matcher.check / mask / advance, within and after sampling
+    draw_s: list[float] = field(default_factory=list)  # constraint time per draw
     step_s: list[float] = field(default_factory=list)  # wall time of each batched step
 
 
@@ -88,12 +90,11 @@ def tempered(temperature: float) -> LogprobsHook:
 def forced_eos(logprobs: torch.Tensor, eos_ids: Sequence[int], generator, greedy: bool) -> Draw:
     """The draw when only EOS is allowed: an EOS id by its probability, weight log P(EOS)."""
     rows = logprobs[list(eos_ids)]
-    log_z = float(torch.logsumexp(rows.double(), dim=-1))
-    if log_z == -math.inf:
+    pick, log_z = categorical(rows, generator)
+    if pick < 0:
         return Draw(eos_ids[0], -math.inf, reason="only EOS is allowed and it has probability 0")
-    if greedy or len(eos_ids) == 1:
-        return Draw(eos_ids[int(torch.argmax(rows))], 0.0 if greedy else log_z)
-    pick = int(torch.multinomial(torch.exp(rows.double() - log_z), 1, generator=generator))
+    if greedy:
+        return Draw(eos_ids[int(torch.argmax(rows))], 0.0)
     return Draw(eos_ids[pick], log_z)
 
 
@@ -125,17 +126,22 @@ def advance(
             draw = forced_eos(row, eos_ids, generator, greedy)
         else:
             draw = sampler.sample(row, matcher, generator, greedy=greedy)
+        t1 = time.perf_counter()
+        stats.sample_s += t1 - t0
         stats.draws += 1
         stats.checks += draw.checks
         stats.masks += draw.masks
         if draw.log_weight == -math.inf:
-            stats.constraint_s += time.perf_counter() - t0
+            stats.constraint_s += draw.constraint_s
+            stats.draw_s.append(draw.constraint_s)
             particle.log_weight = -math.inf
             particle.finish("dead", draw.reason)
             continue
         particle.log_weight += draw.log_weight
         matcher.advance(draw.token)
-        stats.constraint_s += time.perf_counter() - t0
+        spent = draw.constraint_s + time.perf_counter() - t1
+        stats.constraint_s += spent
+        stats.draw_s.append(spent)
         if matcher.finished():
             particle.finish("stop")
         else:

@@ -1,0 +1,227 @@
+"""Sampler benchmark: LCD vs AWRS per token, and SMC's cost per step, on JSON Schemas.
+
+With the bundled SmolLM2-135M-Instruct, for each of N schemas of the shared JSONSchemaBench data
+(taken round-robin over the subsets, in file order, among those that compile and whose text
+fits a short prompt), and the prompt "Generate a JSON object valid under this schema: ...":
+
+* LCD and AWRS each generate one sequence (sampling at temperature 1, same seed) on a fresh
+  Constraint, so both pay for the states they visit, as a first generation with a schema does.
+  Measured per token: constraint time (`Matcher.check` / `mask` / `advance`), the whole token
+  sampler's time, `check` calls, masks; tokens per second of the whole generation.
+* SMC with 4 and 8 particles (AWRS token sampler): wall time per step (one batched forward for
+  all particles plus their draws) as a ratio to the single-sequence AWRS step, measured side by
+  side on the same schema; mean effective sample size; resamplings.
+
+Run: ``python -m constrain.bench.samplers [--limit 50] [--max-tokens 64]
+[--markdown docs/benchmarks/samplers.md]``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import torch
+
+import constrain as cn
+from constrain.bench._common import argument_parser, emit, fmt, percentile
+from constrain.samplers import token_sampler
+from constrain.samplers.sequence import Particle, StepStats, decode, tempered
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+PROMPT = "Generate a JSON object valid under this JSON Schema:\n{schema}"
+_MAX_SCHEMA_CHARS = 1200
+
+
+def pick_schemas(data: Path, n: int) -> list[tuple[str, dict, cn.Grammar]]:
+    """N compiling schemas, round-robin over the subsets, each in file order."""
+    root = data / "jsonschemabench"
+    queues = {s.name: sorted(s.glob("*.json")) for s in sorted(root.iterdir()) if s.is_dir()}
+    picked: list[tuple[str, dict, cn.Grammar]] = []
+    while len(picked) < n and any(queues.values()):
+        for subset, files in queues.items():
+            while files and len(picked) < n:
+                path = files.pop(0)
+                text = path.read_text()
+                if len(text) > _MAX_SCHEMA_CHARS:
+                    continue
+                schema = json.loads(text)
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        grammar = cn.Grammar.from_json_schema(schema, whitespace="default")
+                except cn.ConstrainError:
+                    continue
+                picked.append((f"{subset}/{path.stem}", schema, grammar))
+                break
+    return picked
+
+
+def run_one(
+    model, prompt_ids, grammar, sampler, max_tokens, seed
+) -> tuple[Particle, StepStats, float]:
+    """One sequence on a fresh Constraint; returns it, its step statistics and the wall time."""
+    constraint = cn.Constraint(grammar, model.vocab)
+    generator = torch.Generator(device=model.device).manual_seed(seed)
+    stats = StepStats()
+    t0 = time.perf_counter()
+    particle = Particle(model.start(prompt_ids), constraint.start())
+    (particle,) = decode(
+        model,
+        [particle],
+        token_sampler(sampler),
+        max_tokens=max_tokens,
+        hook=tempered(1.0),
+        generator=generator,
+        greedy=False,
+        stats=stats,
+        score_eos=False,
+    )
+    return particle, stats, time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argument_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--limit", type=int, default=50, help="schemas")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--particles", default="4,8")
+    parser.add_argument("--model", default=None, help="default: the bundled SmolLM2")
+    args = parser.parse_args(argv)
+
+    model = cn.load_model(args.model)
+    schemas = pick_schemas(args.data, args.limit)
+    print(f"# {len(schemas)} schemas, model {model.name} on {model.device}", file=sys.stderr)
+    particle_counts = [int(x) for x in args.particles.split(",") if x]
+    rows: dict[str, dict] = {
+        name: {
+            "tokens": 0,
+            "seconds": 0.0,
+            "draw_s": [],
+            "sample_s": 0.0,
+            "checks": 0,
+            "masks": 0,
+            "step_s": [],
+            "valid": 0,
+            "complete": 0,
+            "ess": [],
+            "resamples": 0,
+            "ratios": [],
+        }
+        for name in ["lcd", "awrs", *(f"smc-{n}" for n in particle_counts)]
+    }
+    for i, (name, schema, grammar) in enumerate(schemas):
+        prompt = PROMPT.format(schema=json.dumps(schema))
+        prompt_ids = model.encode_prompt(prompt)
+        single_step = None
+        for sampler in ("lcd", "awrs"):
+            particle, stats, seconds = run_one(
+                model, prompt_ids, grammar, sampler, args.max_tokens, args.seed + i
+            )
+            row = rows[sampler]
+            row["tokens"] += len(stats.draw_s)
+            row["seconds"] += seconds
+            row["draw_s"] += stats.draw_s
+            row["sample_s"] += stats.sample_s
+            row["checks"] += stats.checks
+            row["masks"] += stats.masks
+            row["step_s"] += stats.step_s
+            complete = particle.matcher.finished()
+            row["complete"] += complete
+            if complete:
+                value = json.loads(model.vocab.decode(particle.tokens))
+                row["valid"] += jsonschema.Draft202012Validator(schema).is_valid(value)
+            if sampler == "awrs":
+                single_step = float(np.mean(stats.step_s)) if stats.step_s else None
+        for n in particle_counts:
+            constraint = cn.Constraint(grammar, model.vocab)
+            result = cn.SMC(particles=n).run(
+                model, prompt_ids, constraint, max_tokens=args.max_tokens, seed=args.seed + i
+            )
+            row = rows[f"smc-{n}"]
+            row["tokens"] += len(result.stats.draw_s)
+            row["draw_s"] += result.stats.draw_s
+            row["sample_s"] += result.stats.sample_s
+            row["checks"] += result.stats.checks
+            row["masks"] += result.stats.masks
+            row["step_s"] += result.stats.step_s
+            row["ess"].append(result.mean_ess / n)
+            row["resamples"] += result.resamples
+            if single_step and result.stats.step_s:
+                row["ratios"].append(float(np.mean(result.stats.step_s)) / single_step)
+            best = result.best
+            row["complete"] += bool(best and best.complete)
+            if best and best.complete:
+                value = json.loads(best.text)
+                row["valid"] += jsonschema.Draft202012Validator(schema).is_valid(value)
+        print(f"# {i + 1}/{len(schemas)} {name}", file=sys.stderr, flush=True)
+    emit(_results(rows), _table(rows, len(schemas), args), args, "constrain.bench.samplers", argv)
+
+
+def _results(rows: dict[str, dict]) -> list[dict]:
+    out = []
+    for name, r in rows.items():
+        draws = np.array(r["draw_s"]) * 1e6
+        out.append(
+            {
+                "sampler": name,
+                "tokens": r["tokens"],
+                "constraint_us_p50": percentile(list(draws), 50),
+                "constraint_us_mean": float(draws.mean()) if draws.size else float("nan"),
+                "sampler_us_mean": r["sample_s"] / max(r["tokens"], 1) * 1e6,
+                "checks_per_token": r["checks"] / max(r["tokens"], 1),
+                "masks_per_token": r["masks"] / max(r["tokens"], 1),
+                "tokens_per_s": r["tokens"] / r["seconds"] if r["seconds"] else float("nan"),
+                "step_ms_mean": float(np.mean(r["step_s"])) * 1e3 if r["step_s"] else float("nan"),
+                "step_ratio": float(np.mean(r["ratios"])) if r["ratios"] else float("nan"),
+                "mean_ess_fraction": float(np.mean(r["ess"])) if r["ess"] else float("nan"),
+                "resamples": r["resamples"],
+                "complete": r["complete"],
+                "valid": r["valid"],
+            }
+        )
+    return out
+
+
+def _table(rows: dict[str, dict], n_schemas: int, args) -> str:
+    results = _results(rows)
+    head = (
+        "| sampler | tokens | constraint µs/token p50 / mean | sampler µs/token | checks/token | "
+        "masks/token | tok/s (1 seq) | step ms | step vs 1 seq | mean ESS / N | complete | valid |"
+    )
+    lines = [
+        f"Samplers on {n_schemas} JSONSchemaBench schemas, max {args.max_tokens} tokens, "
+        f"temperature 1, seed {args.seed}",
+        "",
+        head,
+        "|---" * 12 + "|",
+    ]
+    for r in results:
+        single = not r["sampler"].startswith("smc")
+        lines.append(
+            f"| {r['sampler']} | {r['tokens']} | {fmt(r['constraint_us_p50'], 0)} / "
+            f"{fmt(r['constraint_us_mean'], 0)} | {fmt(r['sampler_us_mean'], 0)} | "
+            f"{fmt(r['checks_per_token'], 2)} | {fmt(r['masks_per_token'], 2)} | "
+            f"{fmt(r['tokens_per_s'], 1) if single else '-'} | {fmt(r['step_ms_mean'], 1)} | "
+            f"{'1' if single else fmt(r['step_ratio'], 2) + 'x'} | "
+            f"{'-' if single else fmt(r['mean_ess_fraction'], 2)} | "
+            f"{r['complete']}/{n_schemas} | {r['valid']}/{r['complete']} |"
+        )
+    by_name = {r["sampler"]: r for r in results}
+    if "lcd" in by_name and "awrs" in by_name:
+        ratio = by_name["awrs"]["constraint_us_mean"] / by_name["lcd"]["constraint_us_mean"]
+        lines += [
+            "",
+            f"AWRS constraint time per token = {ratio:.3f} x LCD's (mean); "
+            f"p50 {fmt(by_name['awrs']['constraint_us_p50'], 0)} µs.",
+        ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
