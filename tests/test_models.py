@@ -178,3 +178,57 @@ def test_bundled_models_listing():
     names = {m["name"]: m for m in bundled_models()}
     assert names["smollm2-135m-instruct"]["installed"]
     assert set(names) == {"smollm2-135m-instruct", "gemma-3-270m"}
+
+
+def _assert_next(model, stream, tokens):
+    torch.testing.assert_close(
+        model.logprobs([stream])[0], _full_forward(model, tokens)[-1], atol=1e-4, rtol=1e-4
+    )
+
+
+def test_batched_steps_reuse_the_stack_and_forks_share_rows(tiny_model):
+    """SMC's pattern: steps over the same streams reuse one stacked cache; resampling (forks,
+    drops, repeats) regathers rows; a fork taken before a step keeps its own view."""
+    m = tiny_model
+    seqs = [TOKENS[:4], TOKENS[2:9], TOKENS[5:7]]
+    streams = [m.start(seq) for seq in seqs]
+    for step in range(3):
+        for s, seq in zip(streams, seqs):
+            seq.append(100 + step)
+            m.append(s, 100 + step)
+        rows = m.logprobs(streams)
+        for row, seq in zip(rows, seqs):
+            torch.testing.assert_close(row, _full_forward(m, seq)[-1], atol=1e-4, rtol=1e-4)
+        if step == 0:
+            stack = streams[0]._batch
+    assert stack is not None and all(s._batch is stack for s in streams)  # no restacking
+
+    early_twin = m.fork(streams[1])  # shares a row of the stack, then the stack grows
+    # resample: ancestors (2, 0, 0): drop stream 1, duplicate stream 0
+    resampled = [streams[2], streams[0], m.fork(streams[0])]
+    expected = [list(seqs[2]), list(seqs[0]), list(seqs[0])]
+    for s, seq, t in zip(resampled, expected, (7, 8, 9)):
+        m.append(s, t)
+        seq.append(t)
+    rows = m.logprobs(resampled)
+    for row, seq in zip(rows, expected):
+        torch.testing.assert_close(row, _full_forward(m, seq)[-1], atol=1e-4, rtol=1e-4)
+    # the dropped stream and the early twin still continue correctly on their own
+    m.append(early_twin, 11)
+    _assert_next(m, early_twin, seqs[1] + [11])
+    m.append(streams[1], 12)
+    _assert_next(m, streams[1], seqs[1] + [12])
+
+
+def test_rollback_and_score_on_a_stacked_stream(tiny_model):
+    m = tiny_model
+    a, b = m.start(TOKENS[:5]), m.start(TOKENS[3:7])
+    for t in (20, 21):
+        m.append(a, t)
+        m.append(b, t)
+        m.logprobs([a, b])
+    m.rollback(a, 2)
+    _assert_next(m, a, TOKENS[:5])
+    rows = m.score(b, [30, 31])
+    full = _full_forward(m, TOKENS[3:7] + [20, 21, 30, 31])
+    torch.testing.assert_close(rows, full[-3:], atol=1e-4, rtol=1e-4)

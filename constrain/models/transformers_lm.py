@@ -5,8 +5,14 @@ appended cheaply and fed lazily, so the next `logprobs` call runs one forward ov
 is pending. `score` feeds k tokens in one forward and returns k + 1 rows (verification for
 speculative decoding); `fork` copies the cache; `rollback` crops it.
 
-Invariant: ``stream._cache`` holds exactly ``stream.tokens[:stream._n_fed]``; ``stream._last``
-is the next-token distribution after all tokens when ``_n_fed == len(tokens)``, else None.
+Streams stepped together (SMC particles, batches of prompts) keep their caches stacked in one
+`_Batch` between calls, so a step of N streams is one forward with no copying; the stack is
+rebuilt only when the set of streams changes (a particle finishes, resampling forks some and
+drops others), and a fork of a stacked stream is free (it shares its row).
+
+Invariant: the stream's cache (its own ``_cache``, or its view of a batch row) holds exactly
+``stream.tokens[:stream._n_fed]``; ``stream._last`` is the next-token distribution after all
+tokens when ``_n_fed == len(tokens)``, else None.
 """
 
 from __future__ import annotations
@@ -35,10 +41,47 @@ def _left_pad(states: torch.Tensor, length: int) -> torch.Tensor:
     return torch.nn.functional.pad(states, (0, 0, length - states.shape[-2], 0))
 
 
+def _new_cache(config, layers: list[tuple[torch.Tensor, torch.Tensor]]):
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=config)
+    for i, (keys, values) in enumerate(layers):
+        cache.update(keys, values, i)
+    return cache
+
+
+class _Batch:
+    """The KV caches of several streams stacked in one cache, one row per stream.
+
+    ``mask[r, c]`` is 1 where column c of row r holds a real token (0 for left padding, and
+    for the holes right padding leaves when rows feed different numbers of tokens). Columns
+    are only ever appended, so a stream's view, its row up to the width the batch had when the
+    stream was last fed, stays valid while the batch grows: forks can share a row.
+    """
+
+    __slots__ = ("cache", "mask")
+
+    def __init__(self, cache, mask: torch.Tensor):
+        self.cache = cache
+        self.mask = mask
+
+    @property
+    def width(self) -> int:
+        return self.mask.shape[1]
+
+    def view(self, row: int, cols: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Row `row`'s real positions among its first `cols` columns, per layer (1, h, n, d)."""
+        keep = self.mask[row, :cols].nonzero().squeeze(1)
+        return [
+            (layer.keys[row : row + 1, :, keep], layer.values[row : row + 1, :, keep])
+            for layer in self.cache.layers
+        ]
+
+
 class Stream:
     """One sequence being generated: its tokens and KV cache (see the module docstring)."""
 
-    __slots__ = ("tokens", "prompt_len", "_cache", "_n_fed", "_last")
+    __slots__ = ("tokens", "prompt_len", "_cache", "_n_fed", "_last", "_batch", "_row", "_cols")
 
     def __init__(self, tokens: list[int], cache, n_fed: int, last: torch.Tensor | None):
         self.tokens = tokens
@@ -46,6 +89,9 @@ class Stream:
         self._cache = cache
         self._n_fed = n_fed
         self._last = last
+        self._batch: _Batch | None = None  # when stacked: the batch, its row, its view's width
+        self._row = 0
+        self._cols = 0
 
     @property
     def generated(self) -> list[int]:
@@ -146,10 +192,20 @@ class TransformersLM:
 
     # -- streams --------------------------------------------------------------------------------
 
+    def _own_cache(self, stream: Stream):
+        """The stream's cache as its own (copied out of a batch row if stacked)."""
+        if stream._batch is not None:
+            stream._cache = _new_cache(
+                self.hf_model.config, stream._batch.view(stream._row, stream._cols)
+            )
+            stream._batch = None
+        return stream._cache
+
     def _forward(self, stream: Stream, token_ids: list[int]) -> torch.Tensor:
         """Feed `token_ids` after the cached prefix; returns their (n, V) float32 log-probs."""
         from transformers import DynamicCache
 
+        self._own_cache(stream)
         if stream._cache is None:
             stream._cache = DynamicCache(config=self.hf_model.config)
         ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
@@ -175,10 +231,10 @@ class TransformersLM:
     def logprobs(self, streams: Sequence[Stream]) -> torch.Tensor:
         """(B, V) next-token log-probabilities, one row per stream.
 
-        The pending tokens of all streams are fed in one batched forward: their KV caches are
-        left-padded to a common length and stacked, new tokens are right-padded, and an
-        attention mask hides the padding. Models with sliding-window layers (Gemma-3) are fed
-        one stream at a time.
+        The pending tokens of all streams are fed in one batched forward over their stacked
+        caches (left-padded to a common length; new tokens right-padded; an attention mask
+        hides the padding). The stack is kept for the next call with the same streams. Models
+        with sliding-window layers (Gemma-3) are fed one stream at a time.
         """
         todo = [s for s in streams if s._last is None]
         if len(todo) == 1 or (todo and not self._batchable(todo)):
@@ -189,49 +245,78 @@ class TransformersLM:
         return torch.stack([s._last for s in streams])
 
     def _batchable(self, streams: Sequence[Stream]) -> bool:
-        return all(
-            s._cache is not None
-            and s._n_fed > 0
-            and not any(layer.is_sliding for layer in s._cache.layers)
-            for s in streams
-        )
+        for s in streams:
+            cache = s._batch.cache if s._batch is not None else s._cache
+            if cache is None or s._n_fed == 0 or any(layer.is_sliding for layer in cache.layers):
+                return False
+        return True
+
+    def _stack(self, streams: Sequence[Stream]) -> _Batch:
+        """A batch whose row i is streams[i]'s cache (the existing one when it already is)."""
+        first = streams[0]._batch
+        if first is not None and len(streams) == first.mask.shape[0]:
+            if all(
+                s._batch is first and s._row == i and s._cols == first.width
+                for i, s in enumerate(streams)
+            ):
+                return first  # the same streams as last step: nothing to copy
+        if first is not None and all(
+            s._batch is first and s._cols == first.width for s in streams
+        ):  # rows of one batch (resampled, some dropped): one gather per layer
+            rows = torch.tensor([s._row for s in streams], device=self.device)
+            mask = first.mask.index_select(0, rows)
+            start = int(mask.any(0).nonzero()[0]) if mask.any() else 0
+            layers = [
+                (l.keys.index_select(0, rows)[:, :, start:], l.values.index_select(0, rows)[:, :, start:])
+                for l in first.cache.layers
+            ]
+            return _Batch(_new_cache(self.hf_model.config, layers), mask[:, start:])
+        views = []
+        for s in streams:
+            if s._batch is not None:
+                views.append(s._batch.view(s._row, s._cols))
+            else:
+                views.append([(layer.keys, layer.values) for layer in s._cache.layers])
+        width = max(v[0][0].shape[-2] for v in views)
+        layers = [
+            (
+                torch.cat([_left_pad(v[i][0], width) for v in views]),
+                torch.cat([_left_pad(v[i][1], width) for v in views]),
+            )
+            for i in range(len(views[0]))
+        ]
+        mask = torch.zeros((len(streams), width), dtype=torch.long, device=self.device)
+        for row, v in enumerate(views):
+            mask[row, width - v[0][0].shape[-2] :] = 1
+        return _Batch(_new_cache(self.hf_model.config, layers), mask)
 
     def _forward_batch(self, streams: Sequence[Stream]) -> None:
         """Feed every stream's pending tokens in one forward (see `logprobs`)."""
-        from transformers import DynamicCache
-
+        batch = self._stack(streams)
         past = [s._n_fed for s in streams]
         pending = [s.tokens[s._n_fed :] for s in streams]
-        P, N, B = max(past), max(len(p) for p in pending), len(streams)
-        cache = DynamicCache(config=self.hf_model.config)
-        for i in range(len(streams[0]._cache.layers)):
-            keys = torch.cat([_left_pad(s._cache.layers[i].keys, P) for s in streams])
-            values = torch.cat([_left_pad(s._cache.layers[i].values, P) for s in streams])
-            cache.update(keys, values, i)
+        N, B = max(len(p) for p in pending), len(streams)
         ids = torch.zeros((B, N), dtype=torch.long, device=self.device)
-        mask = torch.zeros((B, P + N), dtype=torch.long, device=self.device)
-        for row, (n_past, new) in enumerate(zip(past, pending)):
+        new_mask = torch.zeros((B, N), dtype=torch.long, device=self.device)
+        for row, new in enumerate(pending):
             ids[row, : len(new)] = torch.tensor(new, device=self.device)
-            mask[row, P - n_past : P + len(new)] = 1
+            new_mask[row, : len(new)] = 1
         positions = torch.tensor(past, device=self.device)[:, None] + torch.arange(
             N, device=self.device
         )
+        mask = torch.cat([batch.mask, new_mask], dim=1)
         with torch.inference_mode():
             out = self.hf_model(
                 input_ids=ids,
                 attention_mask=mask,
                 position_ids=positions,
-                past_key_values=cache,
+                past_key_values=batch.cache,
                 use_cache=True,
             )
-        for row, (stream, n_past, new) in enumerate(zip(streams, past, pending)):
-            own = DynamicCache(config=self.hf_model.config)
-            for i, layer in enumerate(out.past_key_values.layers):
-                span = slice(P - n_past, P + len(new))
-                own.update(
-                    layer.keys[row : row + 1, :, span], layer.values[row : row + 1, :, span], i
-                )
-            stream._cache = own
+        batch.cache, batch.mask = out.past_key_values, mask
+        for row, (stream, new) in enumerate(zip(streams, pending)):
+            stream._cache = None
+            stream._batch, stream._row, stream._cols = batch, row, batch.width
             stream._n_fed += len(new)
             stream._last = torch.log_softmax(out.logits[row, len(new) - 1].float(), dim=-1)
 
@@ -256,11 +341,13 @@ class TransformersLM:
         return result
 
     def fork(self, stream: Stream) -> Stream:
-        """An independent copy of `stream` (its KV cache is copied)."""
-        twin = Stream(
-            list(stream.tokens), copy.deepcopy(stream._cache), stream._n_fed, stream._last
-        )
+        """An independent copy of `stream` (a stacked stream shares its row: no copy)."""
+        twin = Stream(list(stream.tokens), None, stream._n_fed, stream._last)
         twin.prompt_len = stream.prompt_len
+        if stream._batch is not None:
+            twin._batch, twin._row, twin._cols = stream._batch, stream._row, stream._cols
+        else:
+            twin._cache = copy.deepcopy(stream._cache)
         return twin
 
     def rollback(self, stream: Stream, n: int) -> None:
@@ -273,7 +360,7 @@ class TransformersLM:
         keep = len(stream.tokens)
         if stream._n_fed >= keep:
             # keep tokens[:keep-1] cached; the last token is re-fed to get its distribution
-            stream._cache.crop(-(stream._n_fed - (keep - 1)))
+            self._own_cache(stream).crop(-(stream._n_fed - (keep - 1)))
             stream._n_fed = keep - 1
             stream._last = None
         stream.prompt_len = min(stream.prompt_len, keep)
