@@ -267,8 +267,11 @@ class TransformersLM:
             mask = first.mask.index_select(0, rows)
             start = int(mask.any(0).nonzero()[0]) if mask.any() else 0
             layers = [
-                (l.keys.index_select(0, rows)[:, :, start:], l.values.index_select(0, rows)[:, :, start:])
-                for l in first.cache.layers
+                (
+                    layer.keys.index_select(0, rows)[:, :, start:],
+                    layer.values.index_select(0, rows)[:, :, start:],
+                )
+                for layer in first.cache.layers
             ]
             return _Batch(_new_cache(self.hf_model.config, layers), mask[:, start:])
         views = []

@@ -55,7 +55,7 @@ class AWRS:
 
     name = "awrs"
 
-    def __init__(self, estimator: str = "recursive", *, mask_after: int | None = 64):
+    def __init__(self, estimator: str = "recursive", *, mask_after: int | None = 32):
         if estimator not in _ESTIMATORS:
             raise ValueError(f"estimator must be one of {_ESTIMATORS}, got {estimator!r}")
         if mask_after is not None and mask_after < 1:
