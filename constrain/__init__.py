@@ -6,7 +6,15 @@ out = cn.generate(model, "Today's date?", regex=r"\\d{4}-\\d{2}-\\d{2}")
 """
 
 from constrain import grammars
-from constrain.api import GenerationResult, GenerationStats, generate, smc
+from constrain.api import (
+    GenerationResult,
+    GenerationStats,
+    Generator,
+    TextStream,
+    generate,
+    smc,
+    stream,
+)
 from constrain.errors import (
     ConstrainError,
     GrammarError,
@@ -45,10 +53,12 @@ __all__ = [
     "LCD",
     "SMC",
     "SMCResult",
+    "TextStream",
     "Constraint",
     "ConstrainError",
     "GenerationResult",
     "GenerationStats",
+    "Generator",
     "Grammar",
     "GrammarError",
     "InvalidTokenError",
@@ -62,4 +72,5 @@ __all__ = [
     "grammars",
     "load_model",
     "smc",
+    "stream",
 ]

@@ -1,42 +1,70 @@
-"""`generate()`: constrained generation with a language model in one call."""
+"""Constrained generation for users: `generate()`, `Generator`, `stream()` and `smc()`.
+
+    gen = cn.Generator(model, schema=schema)     # compiles once (and caches by schema)
+    out = gen("Extract the person: ...")         # .text, .value, .finish_reason, .stats
+    outs = gen.batch(["...", "..."])             # all prompts advance in one forward per step
+    for piece in gen.stream("..."): print(piece, end="")
+
+`generate()`, `stream()` and `smc()` are the one-call forms.
+"""
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import random
 import time
-import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema
 import numpy as np
 import torch
 
 from constrain.errors import ConstrainError
 from constrain.grammar import Grammar
-from constrain.matcher import Constraint
+from constrain.jsonschema.types import schema_from_type
+from constrain.jsonschema.values import value_from_json
 from constrain.samplers import TokenSampler, token_sampler
 from constrain.samplers.asap import ASAp
-from constrain.samplers.sequence import Particle, StepStats, decode, tempered
+from constrain.samplers.sequence import Particle, StepStats, decode, steps, tempered
 from constrain.samplers.smc import SMC, SMCResult, WeightedText
-from constrain.vocab import Vocabulary
+from constrain.specs import constraint_for
 
-__all__ = ["generate", "smc", "GenerationResult", "GenerationStats"]
+__all__ = [
+    "GenerationResult",
+    "GenerationStats",
+    "Generator",
+    "TextStream",
+    "generate",
+    "smc",
+    "stream",
+]
 
 
 @dataclass
 class GenerationStats:
-    """Where the time went, in seconds."""
+    """Where the time went (seconds) and what the constraint cost.
 
+    `ttft_s` (time to first token) counts from the call: compilation (0 when the constraint was
+    cached), prefill and the first step; `tpot_s` is the mean time per output token after it.
+    """
+
+    compile_s: float = 0.0  # grammar compilation and binding to the vocabulary
     prefill_s: float = 0.0
+    ttft_s: float = 0.0
     token_s: list[float] = field(default_factory=list)  # wall time of each decoding step
-    constraint_s: float = 0.0  # masks, checks and matcher updates
+    constraint_s: float = 0.0  # checks, masks and matcher updates
     checks: int = 0  # Matcher.check calls by the token sampler
     masks: int = 0  # full masks used (LCD: one per step; AWRS: only its fallbacks)
-    compile_s: float = 0.0  # grammar compilation and binding to the vocabulary
+    forced: int = 0  # tokens whose bytes the grammar forced
     total_s: float = 0.0
+
+    @property
+    def tpot_s(self) -> float:
+        return sum(self.token_s[1:]) / (len(self.token_s) - 1) if len(self.token_s) > 1 else 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -46,21 +74,22 @@ class GenerationStats:
 
 @dataclass
 class GenerationResult:
-    """The outcome of `generate()`.
+    """The outcome of one generation.
 
     Attributes:
         text: the generated text (EOS excluded).
+        value: for `schema=`, the parsed JSON value; for `type=`, an instance of the type
+            (dataclass, pydantic model, Enum member, ...); None when the text is incomplete or
+            the constraint is not JSON.
         tokens: the generated token ids (EOS excluded).
         finish_reason: "stop" (the constraint accepted and generation ended) or "length"
             (`max_tokens` ran out first).
         complete: True when the text is in the constraint's language; a "length" result is
             marked incomplete, never silently invalid.
-        value: for `schema=` and `type=`, the parsed JSON value (None when incomplete).
         log_weight: the sequence's importance weight for the model conditioned on the
             constraint: the sum of the token sampler's log-weights (LCD: log Z, the mass the
             constraint allowed; AWRS: an unbiased estimate of it); 0 for greedy decoding and
-            ASAp; for SMC, the log marginal likelihood estimate. (Greedy decoding spends no
-            forward on an EOS the grammar forces; sampling does, to weigh it.)
+            ASAp; for SMC, the log marginal likelihood estimate.
         particles: for SMC, every particle with its normalised weight.
     """
 
@@ -77,107 +106,17 @@ class GenerationResult:
         return self.text
 
 
-_constraint_cache: weakref.WeakKeyDictionary[Vocabulary, dict[tuple, Constraint]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _as_grammar(grammar: Grammar | str | os.PathLike) -> Grammar:
-    """A Grammar from a Grammar, a library grammar name, a ``.lark`` path, or Lark text."""
-    from constrain import grammars
-
-    if isinstance(grammar, Grammar):
-        return grammar
-    if isinstance(grammar, os.PathLike):
-        return Grammar.from_lark(grammar)
-    if not isinstance(grammar, str):
-        raise TypeError(
-            f"grammar= expects a Grammar, a library name, a path or Lark text, got {type(grammar).__name__}"
-        )
-    if grammar in grammars.names():
-        return grammars.load(grammar)
-    return Grammar.from_lark(grammar)
-
-
-def _constraint(
-    vocab: Vocabulary, regex, choices, grammar, schema, type_, schema_options: dict
-) -> Constraint | None:
-    given = {
-        name: value
-        for name, value in (
-            ("regex", regex),
-            ("choices", choices),
-            ("grammar", grammar),
-            ("schema", schema),
-            ("type", type_),
-        )
-        if value is not None
-    }
-    if len(given) > 1:
-        raise ValueError(f"pass at most one constraint, got {', '.join(f'{k}=' for k in given)}")
-    if not given:
-        return None
-    ((kind, spec),) = given.items()
-    if kind == "grammar":
-        spec = _as_grammar(spec)
-        key = ("grammar", id(spec))
-    elif kind == "schema":
-        key = ("schema", json.dumps(spec, sort_keys=True), _options_key(schema_options))
-    elif kind == "choices":
-        spec = tuple(spec)
-        key = ("choices", spec)
-    else:
-        key = (kind, spec, _options_key(schema_options) if kind == "type" else ())
-    per_vocab = _constraint_cache.setdefault(vocab, {})
-    cached = per_vocab.get(key)
-    if cached is not None and (kind != "grammar" or cached.grammar is spec):
-        return cached
-    builders = {
-        "grammar": lambda: spec,
-        "regex": lambda: Grammar.from_regex(spec),
-        "choices": lambda: Grammar.from_choices(spec),
-        "schema": lambda: Grammar.from_json_schema(spec, **schema_options),
-        "type": lambda: Grammar.from_type(spec, **schema_options),
-    }
-    constraint = Constraint(builders[kind](), vocab)
-    per_vocab[key] = constraint
-    return constraint
-
-
-def _options_key(options: dict) -> tuple:
-    return tuple(sorted(options.items()))
-
-
-def generate(
-    model,
-    prompt: str | Sequence[dict],
-    *,
-    regex: str | None = None,
-    choices: Sequence[str] | None = None,
-    grammar: Grammar | str | os.PathLike | None = None,
-    schema: dict | bool | str | None = None,
-    type: Any = None,
-    schema_options: Mapping[str, Any] | None = None,
-    sampler: str | TokenSampler | SMC | ASAp = "awrs",
-    max_tokens: int = 256,
-    temperature: float = 1.0,
-    greedy: bool = False,
-    seed: int | None = None,
-    chat: bool | None = None,
-    system: str | None = None,
-) -> GenerationResult:
-    """Generate text from `model` for `prompt` that satisfies the given constraint.
+class Generator:
+    """A model bound to a constraint and decoding settings: compile once, generate many times.
 
     Args:
-        model: a loaded model (`constrain.load_model()`).
-        prompt: the user message (or a list of chat messages); the chat template is applied
-            when the tokenizer has one, unless `chat=False`.
+        model: a loaded model (`constrain.load_model()`, or any model with the stream API).
         regex / choices / grammar / schema / type: the constraint (at most one; none means
             free text). `grammar` is a `Grammar`, a library grammar name ("json", "sql", ...), a
             ``.lark`` path or Lark grammar text; `schema` a JSON Schema (dict, bool or JSON
-            text); `type` a Python type (`Grammar.from_type`).
-        schema_options: options of `Grammar.from_json_schema` (`whitespace`, `any_order`, ...)
-            for `schema` and `type`.
+            text); `type` a Python type (`Grammar.from_type`). Compiled constraints are cached
+            per vocabulary by their specification.
+        schema_options: options of `Grammar.from_json_schema` (`whitespace`, `any_order`, ...).
         sampler: "awrs" (default: adaptive weighted rejection sampling, a few checks per
             token), "lcd" (a full mask per state), "awrs-two-pass", a token sampler object,
             `cn.SMC(...)` (particles; the result is drawn from the weighted particles) or a
@@ -185,92 +124,265 @@ def generate(
         max_tokens: generation stops after this many tokens; if the constraint has not accepted
             by then, `finish_reason == "length"` and `complete` is False.
         temperature: softmax temperature; `greedy=True` takes the most likely allowed token.
-        seed: makes sampling reproducible.
-
-    Returns:
-        A `GenerationResult` with the text, tokens, finish reason, weight and timings.
+        chat / system: apply the chat template (default: when the tokenizer has one), and an
+            optional system message.
     """
-    t_start = time.perf_counter()
-    stats = GenerationStats()
-    vocab: Vocabulary = model.vocab
-    options = dict(schema_options or {})
-    constraint = _constraint(vocab, regex, choices, grammar, schema, type, options)
-    if constraint is None:
-        constraint = _free_text(vocab)
-    stats.compile_s = time.perf_counter() - t_start
-    hook = tempered(temperature)
-    seed = seed if seed is not None else random.getrandbits(63)
-    prompt_ids = model.encode_prompt(prompt, chat=chat, system=system)
 
-    particles = None
-    if isinstance(sampler, SMC):
-        if greedy:
-            raise ValueError("SMC samples; greedy=True needs a token sampler such as 'awrs'")
-        result = sampler.run(
-            model, prompt_ids, constraint, max_tokens=max_tokens, temperature=temperature, seed=seed
-        )
-        particles = result.particles
-        chosen = result.choice(np.random.default_rng(seed))
-        if chosen is None:
-            chosen = particles[0]
-        tokens, finish_reason, complete = chosen.tokens, chosen.finish_reason, chosen.complete
-        log_weight, steps = result.log_ml, result.stats
-    else:
-        generator = torch.Generator(device=model.device)
-        generator.manual_seed(seed)
-        steps = StepStats()
+    def __init__(
+        self,
+        model,
+        *,
+        regex: str | None = None,
+        choices: Sequence[str] | None = None,
+        grammar: Grammar | str | os.PathLike | None = None,
+        schema: dict | bool | str | None = None,
+        type: Any = None,
+        schema_options: Mapping[str, Any] | None = None,
+        sampler: str | TokenSampler | SMC | ASAp = "awrs",
+        max_tokens: int = 256,
+        temperature: float = 1.0,
+        greedy: bool = False,
+        chat: bool | None = None,
+        system: str | None = None,
+    ):
+        if isinstance(sampler, (SMC, ASAp)) and greedy:
+            raise ValueError(
+                f"{sampler.__class__.__name__} samples; greedy=True needs a token sampler ('awrs')"
+            )
+        self.model = model
         t0 = time.perf_counter()
-        if isinstance(sampler, ASAp):
-            if greedy:
-                raise ValueError("ASAp samples; greedy=True needs a token sampler such as 'awrs'")
-            particle = sampler.run(
-                model,
-                prompt_ids,
-                constraint,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                generator=generator,
-                stats=steps,
-            )
-        else:
-            particle = Particle(model.start(prompt_ids), constraint.start())
-            stats.prefill_s = time.perf_counter() - t0
-            (particle,) = decode(
-                model,
-                [particle],
-                token_sampler(sampler),
-                max_tokens=max_tokens,
-                hook=hook,
-                generator=generator,
-                greedy=greedy,
-                stats=steps,
-                score_eos=not greedy,  # greedy has no weight to complete: save the forward
-            )
-        tokens, finish_reason, log_weight = (
-            particle.tokens,
-            particle.finish_reason,
-            particle.log_weight,
+        self.constraint = constraint_for(
+            model.vocab,
+            regex=regex,
+            choices=choices,
+            grammar=grammar,
+            schema=schema,
+            type=type,
+            schema_options=schema_options,
         )
-        complete = particle.matcher.finished()
-        if finish_reason == "dead":
+        self.compile_s = time.perf_counter() - t0
+        self._validator = _validator(schema, type)
+        self._type = type
+        self._json = schema is not None or type is not None
+        self.sampler = sampler if isinstance(sampler, (SMC, ASAp)) else token_sampler(sampler)
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self._hook = tempered(temperature)
+        self.greedy = greedy
+        self.chat = chat
+        self.system = system
+
+    # -- calls -------------------------------------------------------------------------------------
+
+    def __call__(
+        self, prompt: str | Sequence[dict], *, seed: int | None = None
+    ) -> GenerationResult:
+        """One generation for `prompt` (a user message or a list of chat messages)."""
+        return self.batch([prompt], seed=seed)[0]
+
+    def batch(
+        self, prompts: Sequence[str | Sequence[dict]], *, seed: int | None = None
+    ) -> list[GenerationResult]:
+        """One generation per prompt; with a token sampler, all advance in one batched
+        forward per step."""
+        t_call = time.perf_counter()
+        seed = seed if seed is not None else random.getrandbits(63)
+        if isinstance(self.sampler, SMC):
+            return [self._smc(p, seed + i, t_call) for i, p in enumerate(prompts)]
+        if isinstance(self.sampler, ASAp):
+            return [self._asap(p, seed + i, t_call) for i, p in enumerate(prompts)]
+        particles, options, prefill_s = self._start(prompts, seed)
+        particles = decode(self.model, particles, self.sampler, **options)
+        return [self._result(p, t_call, prefill_s) for p in particles]
+
+    def stream(self, prompt: str | Sequence[dict], *, seed: int | None = None) -> TextStream:
+        """The text of one generation as it is produced (token samplers only); the stream's
+        `.result` holds the `GenerationResult` once it is exhausted."""
+        if isinstance(self.sampler, (SMC, ASAp)):
+            raise ValueError("streaming needs a token sampler ('awrs', 'lcd'), not SMC or ASAp")
+        return TextStream(self, prompt, seed if seed is not None else random.getrandbits(63))
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _prompt_ids(self, prompt) -> list[int]:
+        return self.model.encode_prompt(prompt, chat=self.chat, system=self.system)
+
+    def _generator(self, seed: int) -> torch.Generator:
+        return torch.Generator(device=self.model.device).manual_seed(seed)
+
+    def _start(self, prompts, seed: int) -> tuple[list[Particle], dict, float]:
+        """Prefilled particles and the options of `steps` / `decode`."""
+        t0 = time.perf_counter()
+        particles = [
+            Particle(self.model.start(self._prompt_ids(p)), self.constraint.start())
+            for p in prompts
+        ]
+        options = dict(
+            max_tokens=self.max_tokens,
+            hook=self._hook,
+            generator=self._generator(seed),
+            greedy=self.greedy,
+            stats=StepStats(),
+            score_eos=not self.greedy,  # greedy has no weight to complete: save the forward
+        )
+        return particles, options, time.perf_counter() - t0
+
+    def _result(self, particle: Particle, t_call: float, prefill_s: float) -> GenerationResult:
+        if particle.finish_reason == "dead":
             raise ConstrainError(f"generation cannot continue: {particle.reason}")
-    stats.token_s = steps.step_s
-    stats.constraint_s = steps.constraint_s
-    stats.checks = steps.checks
-    stats.masks = steps.masks
-    stats.total_s = time.perf_counter() - t_start
-    text = vocab.decode(tokens)
-    is_json = schema is not None or type is not None
-    return GenerationResult(
-        text=text,
-        value=json.loads(text) if is_json and complete else None,
-        tokens=list(tokens),
-        finish_reason=finish_reason,
-        complete=complete,
-        log_weight=log_weight,
-        stats=stats,
-        particles=particles,
-    )
+        complete = particle.matcher.finished()
+        stats = GenerationStats(
+            compile_s=self.compile_s,
+            prefill_s=prefill_s,
+            ttft_s=(particle.first_token_at or time.perf_counter()) - t_call + self.compile_s,
+            token_s=particle.step_s,
+            constraint_s=particle.constraint_s,
+            checks=particle.checks,
+            masks=particle.masks,
+            forced=particle.forced,
+            total_s=time.perf_counter() - t_call + self.compile_s,
+        )
+        return self._finish(
+            particle.tokens, particle.finish_reason, complete, particle.log_weight, stats
+        )
+
+    def _finish(self, tokens, finish_reason, complete, log_weight, stats, particles=None):
+        text = self.model.vocab.decode(tokens)
+        return GenerationResult(
+            text=text,
+            value=self._value(text) if complete else None,
+            tokens=list(tokens),
+            finish_reason=finish_reason,
+            complete=complete,
+            log_weight=log_weight,
+            stats=stats,
+            particles=particles,
+        )
+
+    def _value(self, text: str) -> Any:
+        """The parsed JSON (an instance of `type=`), validated again as a safety net."""
+        if not self._json:
+            return None
+        data = json.loads(text)
+        error = jsonschema.exceptions.best_match(self._validator.iter_errors(data))
+        if error is not None:  # the compiler promises exactness: this is a bug, say so
+            raise ConstrainError(
+                f"internal error: the output does not validate ({error.message} at "
+                f"{error.json_path}); please report it with the schema: {text[:200]}"
+            )
+        return value_from_json(self._type, data) if self._type is not None else data
+
+    def _smc(self, prompt, seed: int, t_call: float) -> GenerationResult:
+        result = self.sampler.run(
+            self.model,
+            self._prompt_ids(prompt),
+            self.constraint,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            seed=seed,
+        )
+        chosen = result.choice(np.random.default_rng(seed)) or result.particles[0]
+        stats = GenerationStats(
+            compile_s=self.compile_s,
+            token_s=result.stats.step_s,
+            constraint_s=result.stats.constraint_s,
+            checks=result.stats.checks,
+            masks=result.stats.masks,
+            total_s=time.perf_counter() - t_call + self.compile_s,
+        )
+        return self._finish(
+            chosen.tokens,
+            chosen.finish_reason,
+            chosen.complete,
+            result.log_ml,
+            stats,
+            particles=result.particles,
+        )
+
+    def _asap(self, prompt, seed: int, t_call: float) -> GenerationResult:
+        particle = self.sampler.run(
+            self.model,
+            self._prompt_ids(prompt),
+            self.constraint,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            generator=self._generator(seed),
+        )
+        return self._result(particle, t_call, 0.0)
+
+
+class TextStream:
+    """Iterate over the text of a generation as it is produced; afterwards `.result` holds
+    the `GenerationResult`. Pieces are whole UTF-8 characters (a token that ends inside a
+    character waits for the next)."""
+
+    def __init__(self, generator: Generator, prompt, seed: int):
+        self._generator = generator
+        self._prompt = prompt
+        self._seed = seed
+        self.result: GenerationResult | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        gen = self._generator
+        t_call = time.perf_counter()
+        particles, options, prefill_s = gen._start([self._prompt], self._seed)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        sent = 0
+        vocab = gen.model.vocab
+        for current in steps(gen.model, particles, gen.sampler, **options):
+            (particle,) = current
+            fresh = particle.tokens[sent:]
+            sent = len(particle.tokens)
+            piece = decoder.decode(vocab.decode_bytes(fresh))
+            if piece:
+                yield piece
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            yield tail
+        self.result = gen._result(particle, t_call, prefill_s)
+
+
+def _validator(schema, type_):
+    """A jsonschema validator for the output, or None for constraints that are not JSON."""
+    if type_ is not None:
+        schema = schema_from_type(type_)
+    if schema is None:
+        return None
+    if isinstance(schema, str):
+        schema = json.loads(schema)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+# -- one-call forms ---------------------------------------------------------------------------------
+
+
+def generate(
+    model,
+    prompt: str | Sequence[dict] | None = None,
+    *,
+    prompts: Sequence[str | Sequence[dict]] | None = None,
+    seed: int | None = None,
+    **options: Any,
+) -> GenerationResult | list[GenerationResult]:
+    """Generate for `prompt` (or for each of `prompts`, batched) under a constraint.
+
+    `options` are those of `Generator`: ``regex= | choices= | grammar= | schema= | type=``,
+    ``schema_options=``, ``sampler=``, ``max_tokens=``, ``temperature=``, ``greedy=``,
+    ``chat=``, ``system=``. Returns one `GenerationResult`, or a list for `prompts`.
+    """
+    if (prompt is None) == (prompts is None):
+        raise ValueError("pass either prompt or prompts=[...]")
+    generator = Generator(model, **options)
+    return generator(prompt, seed=seed) if prompts is None else generator.batch(prompts, seed=seed)
+
+
+def stream(
+    model, prompt: str | Sequence[dict], *, seed: int | None = None, **options
+) -> TextStream:
+    """The text of one generation as it is produced: ``for piece in cn.stream(...)``.
+    Options as `generate`; the stream's `.result` is set when it is exhausted."""
+    return Generator(model, **options).stream(prompt, seed=seed)
 
 
 def smc(
@@ -281,39 +393,20 @@ def smc(
     ess_threshold: float = 0.5,
     resampling: str = "stratified",
     token_sampler: str | TokenSampler = "awrs",
-    regex: str | None = None,
-    choices: Sequence[str] | None = None,
-    grammar: Grammar | str | os.PathLike | None = None,
-    schema: dict | bool | str | None = None,
-    type: Any = None,
-    schema_options: Mapping[str, Any] | None = None,
-    max_tokens: int = 256,
-    temperature: float = 1.0,
     seed: int | None = None,
-    chat: bool | None = None,
-    system: str | None = None,
+    **options: Any,
 ) -> SMCResult:
     """Sequential Monte Carlo: `particles` weighted generations that together approximate the
     model conditioned on the constraint. Returns `.particles` (text, tokens, normalised
-    `weight`, `log_weight`, `finish_reason`), `.log_ml` and `.best`. Arguments as `generate`
-    and `cn.SMC`."""
+    `weight`, `log_weight`, `finish_reason`), `.log_ml` and `.best`. `options` are those of
+    `Generator` (constraint, `max_tokens`, `temperature`, `chat`, `system`)."""
     config = SMC(particles, ess_threshold, resampling, token_sampler)
-    constraint = _constraint(
-        model.vocab, regex, choices, grammar, schema, type, dict(schema_options or {})
-    )
+    generator = Generator(model, sampler=config, **options)
     return config.run(
         model,
-        model.encode_prompt(prompt, chat=chat, system=system),
-        constraint if constraint is not None else _free_text(model.vocab),
-        max_tokens=max_tokens,
-        temperature=temperature,
+        generator._prompt_ids(prompt),
+        generator.constraint,
+        max_tokens=generator.max_tokens,
+        temperature=generator.temperature,
         seed=seed,
     )
-
-
-def _free_text(vocab: Vocabulary) -> Constraint:
-    """The constraint of unconstrained generation: any text (valid UTF-8), EOS anywhere."""
-    per_vocab = _constraint_cache.setdefault(vocab, {})
-    if ("free",) not in per_vocab:
-        per_vocab[("free",)] = Constraint(Grammar.from_regex(r"(?:.|\n)*"), vocab)
-    return per_vocab[("free",)]

@@ -117,8 +117,50 @@ def test_schema_and_type_generations_validate(tiny_model):
             assert out.finish_reason == "length" and out.value is None
 
     out = cn.generate(tiny_model, "x", type=Vote, max_tokens=40, seed=0, chat=False)
-    assert not out.complete or out.value["choice"] in ("yes", "no")
+    assert not out.complete or (isinstance(out.value, Vote) and out.value.choice in ("yes", "no"))
     out = cn.generate(
         tiny_model, "x", schema={"enum": [1, 2]}, schema_options={"whitespace": "default"}
     )
     assert out.value in (1, 2)
+
+
+def test_generator_batch_stream_and_stats(tiny_model):
+    """A Generator compiles once; batch results equal single calls with their seeds' draws;
+    streaming yields the same text piece by piece; stats add up."""
+    gen = cn.Generator(tiny_model, regex=r"[a-z]{2,6}( [a-z]{2,6}){0,3}", max_tokens=24, chat=False)
+    again = cn.Generator(tiny_model, regex=r"[a-z]{2,6}( [a-z]{2,6}){0,3}", chat=False)
+    assert again.constraint is gen.constraint  # cached by specification
+    outs = gen.batch(["a", "b", "c"], seed=5)
+    assert len(outs) == 3 and all(
+        re.fullmatch(r"[a-z]{2,6}( [a-z]{2,6}){0,3}", o.text) for o in outs
+    )
+    greedy = cn.Generator(tiny_model, regex=r"[a-z]{2,6}", greedy=True, chat=False)
+    batch = greedy.batch(["first", "second prompt"])
+    single = [greedy("first"), greedy("second prompt")]
+    assert [o.tokens for o in batch] == [o.tokens for o in single]  # batching changes nothing
+
+    stream = gen.stream("a", seed=3)
+    pieces = list(stream)
+    assert "".join(pieces) == stream.result.text and stream.result.complete
+    assert stream.result.tokens == gen("a", seed=3).tokens
+
+    s = outs[0].stats
+    assert s.ttft_s >= s.prefill_s > 0 and s.total_s >= s.ttft_s
+    assert len(s.token_s) >= len(outs[0].tokens) and s.tpot_s > 0
+    assert s.checks >= len(outs[0].tokens) and s.constraint_s > 0
+
+
+def test_forced_tokens_are_counted(tiny_model):
+    out = cn.generate(tiny_model, "x", regex=r'\{"id": [0-9]\}', greedy=True, chat=False)
+    assert out.complete and out.stats.forced >= 3  # '{"id": ' is forced; the digit is not
+
+
+def test_generate_argument_errors(tiny_model):
+    with pytest.raises(ValueError, match="either prompt or prompts"):
+        cn.generate(tiny_model, "x", prompts=["y"], regex="a")
+    with pytest.raises(ValueError, match="greedy"):
+        cn.generate(tiny_model, "x", regex="a", sampler=cn.SMC(), greedy=True)
+    with pytest.raises(ValueError, match="streaming"):
+        cn.stream(tiny_model, "x", regex="a", sampler=cn.SMC())
+    with pytest.raises(ValueError, match="unknown sampler"):
+        cn.generate(tiny_model, "x", regex="a", sampler="beam")

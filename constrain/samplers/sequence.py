@@ -8,9 +8,10 @@ all come from the same code.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -25,6 +26,7 @@ __all__ = [
     "decode",
     "finish_at_length",
     "forced_eos",
+    "steps",
     "tempered",
 ]
 
@@ -48,7 +50,7 @@ class StepStats:
 
 @dataclass
 class Particle:
-    """One sequence: its stream, matcher, generated tokens and log-weight.
+    """One sequence: its stream, matcher, generated tokens, log-weight and own counters.
 
     `finish_reason` is None while it runs, then "stop" (EOS), "length" (max_tokens reached;
     EOS forced with its weight when the text is complete, else weight -inf) or "dead" (no
@@ -61,6 +63,12 @@ class Particle:
     log_weight: float = 0.0
     finish_reason: str | None = None
     reason: str = ""
+    step_s: list[float] = field(default_factory=list)  # wall time of each step it took part in
+    first_token_at: float | None = None  # perf_counter() when its first token was drawn
+    constraint_s: float = 0.0
+    checks: int = 0
+    masks: int = 0
+    forced: int = 0  # tokens whose bytes the grammar forced (no other text could follow)
 
     @property
     def running(self) -> bool:
@@ -73,8 +81,9 @@ class Particle:
 
     def fork(self, model) -> Particle:
         stream = model.fork(self.stream) if self.stream is not None else None
-        twin = Particle(stream, self.matcher.fork(), list(self.tokens), self.log_weight)
-        twin.finish_reason, twin.reason = self.finish_reason, self.reason
+        twin = copy.copy(self)
+        twin.stream, twin.matcher, twin.tokens = stream, self.matcher.fork(), list(self.tokens)
+        twin.step_s = list(self.step_s)
         return twin
 
 
@@ -127,27 +136,40 @@ def advance(
         else:
             draw = sampler.sample(row, matcher, generator, greedy=greedy)
         t1 = time.perf_counter()
+        if particle.first_token_at is None:
+            particle.first_token_at = t1
         stats.sample_s += t1 - t0
         stats.draws += 1
         stats.checks += draw.checks
         stats.masks += draw.masks
+        particle.checks += draw.checks
+        particle.masks += draw.masks
         if draw.log_weight == -math.inf:
-            stats.constraint_s += draw.constraint_s
-            stats.draw_s.append(draw.constraint_s)
+            _spent(stats, particle, draw.constraint_s)
             particle.log_weight = -math.inf
             particle.finish("dead", draw.reason)
             continue
         particle.log_weight += draw.log_weight
+        data = model.vocab.token_bytes(draw.token)
+        if data and matcher.forced_bytes().startswith(data):
+            particle.forced += 1
         matcher.advance(draw.token)
-        spent = draw.constraint_s + time.perf_counter() - t1
-        stats.constraint_s += spent
-        stats.draw_s.append(spent)
+        _spent(stats, particle, draw.constraint_s + time.perf_counter() - t1)
         if matcher.finished():
             particle.finish("stop")
         else:
             particle.tokens.append(draw.token)
             model.append(particle.stream, draw.token)
-    stats.step_s.append(time.perf_counter() - t_start)
+    elapsed = time.perf_counter() - t_start
+    stats.step_s.append(elapsed)
+    for particle in particles:
+        particle.step_s.append(elapsed)
+
+
+def _spent(stats: StepStats, particle: Particle, seconds: float) -> None:
+    stats.constraint_s += seconds
+    stats.draw_s.append(seconds)
+    particle.constraint_s += seconds
 
 
 def finish_at_length(
@@ -178,7 +200,7 @@ def finish_at_length(
             particle.finish("length", "max_tokens reached before the text was complete")
 
 
-def decode(
+def steps(
     model,
     particles: list[Particle],
     sampler: TokenSampler,
@@ -190,8 +212,9 @@ def decode(
     stats: StepStats,
     score_eos: bool,
     between_steps: Callable[[list[Particle]], list[Particle]] | None = None,
-) -> list[Particle]:
-    """Run `particles` until each stops, dies or reaches `max_tokens`.
+) -> Iterator[list[Particle]]:
+    """Run `particles` until each stops, dies or reaches `max_tokens`, yielding the particles
+    after every step (streaming reads them there) and once more at the end.
 
     Args:
         score_eos: weight the final EOS by its probability even when the grammar forces it
@@ -210,10 +233,19 @@ def decode(
                     p.finish("stop")
             running = [p for p in running if p.running]
         if not running:
-            return particles
+            yield particles
+            return
         advance(model, running, sampler, hook=hook, generator=generator, greedy=greedy, stats=stats)
         if between_steps is not None:
             particles = between_steps(particles)
+        yield particles
     running = [p for p in particles if p.running]
     finish_at_length(model, running, hook=hook, score_eos=score_eos, stats=stats)
+    yield particles
+
+
+def decode(model, particles: list[Particle], sampler: TokenSampler, **options) -> list[Particle]:
+    """`steps` run to the end: the final particles."""
+    for current in steps(model, particles, sampler, **options):
+        particles = current
     return particles
