@@ -5,7 +5,7 @@ model = cn.load_model()                       # bundled SmolLM2-135M-Instruct
 out = cn.generate(model, "Today's date?", regex=r"\\d{4}-\\d{2}-\\d{2}")
 """
 
-from constrain import grammars
+from constrain import grammars, hf
 from constrain.api import (
     GenerationResult,
     GenerationStats,
@@ -24,6 +24,7 @@ from constrain.errors import (
     UnsupportedSchemaError,
     VocabularyError,
 )
+from constrain.function import GenerationCutError, function
 from constrain.grammar import Grammar
 from constrain.matcher import Constraint, Matcher
 from constrain.samplers import AWRS, LCD
@@ -56,6 +57,7 @@ __all__ = [
     "TextStream",
     "Constraint",
     "ConstrainError",
+    "GenerationCutError",
     "GenerationResult",
     "GenerationStats",
     "Generator",
@@ -68,8 +70,10 @@ __all__ = [
     "UnsupportedSchemaError",
     "Vocabulary",
     "VocabularyError",
+    "function",
     "generate",
     "grammars",
+    "hf",
     "load_model",
     "smc",
     "stream",

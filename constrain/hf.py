@@ -1,0 +1,84 @@
+"""Interoperability with Hugging Face `transformers`.
+
+`LogitsProcessor(constraint)` puts any constraint of this library (regex, grammar, JSON Schema,
+type) inside ``model.generate``: greedy, sampling, beam search and batches all work, because
+the processor finds each row's matcher from the row's generated tokens rather than from a call
+counter.
+
+    from transformers import AutoModelForCausalLM
+    c = cn.Constraint(cn.Grammar.from_json_schema(schema), cn.Vocabulary.from_tokenizer(tok))
+    ids = hf_model.generate(**inputs, logits_processor=[cn.hf.LogitsProcessor(c)],
+                            max_new_tokens=64, do_sample=False)
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+from constrain.matcher import Constraint, Matcher
+
+__all__ = ["LogitsProcessor"]
+
+_MATCHERS_KEPT = 4096  # prefixes whose matcher is remembered (rows x steps of one generate)
+
+
+class LogitsProcessor:
+    """A `transformers` logits processor that masks what the constraint forbids.
+
+    Args:
+        constraint: the constraint, bound to the model's vocabulary (`vocab.size` must be the
+            logits width).
+        prompt_length: the prompt's length in ``input_ids``; by default the width of the
+            first call's ``input_ids`` (right for ``generate``'s left-padded batches).
+
+    After a row's EOS, the row may only repeat EOS (``generate`` pads finished rows).
+    """
+
+    def __init__(self, constraint: Constraint, prompt_length: int | None = None):
+        self.constraint = constraint
+        self.prompt_length = prompt_length
+        self._matchers: OrderedDict[tuple[int, ...], Matcher] = OrderedDict()
+        self._eos = torch.tensor(constraint.vocab.eos_ids)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.prompt_length is None:
+            self.prompt_length = input_ids.shape[1]
+        if scores.shape[-1] != self.constraint.vocab.size:
+            raise ValueError(
+                f"the logits have {scores.shape[-1]} columns but the constraint's vocabulary "
+                f"has {self.constraint.vocab.size}: bind the constraint to this model's vocabulary"
+            )
+        allowed = torch.zeros_like(scores, dtype=torch.bool)
+        for row, ids in enumerate(input_ids[:, self.prompt_length :].tolist()):
+            matcher = self._matcher(tuple(ids))
+            if matcher is None or matcher.finished():
+                allowed[row, self._eos.to(scores.device)] = True
+            else:
+                allowed[row] = torch.tensor(matcher.mask(), device=scores.device)
+        return scores.masked_fill(~allowed, float("-inf"))
+
+    def _matcher(self, generated: tuple[int, ...]) -> Matcher | None:
+        """The matcher after `generated` (None once the row has ended), advanced from the
+        longest remembered prefix."""
+        known = len(generated)
+        while known > 0 and generated[:known] not in self._matchers:
+            known -= 1
+        matcher = self._matchers.get(generated[:known])
+        if matcher is None:
+            matcher = self.constraint.start()
+        for i in range(known, len(generated)):
+            if matcher.finished():
+                return None  # a padded position after EOS
+            matcher = matcher.fork()
+            matcher.advance(generated[i])
+            self._remember(generated[: i + 1], matcher)
+        self._remember(generated, matcher)
+        return matcher
+
+    def _remember(self, prefix: tuple[int, ...], matcher: Matcher) -> None:
+        self._matchers[prefix] = matcher
+        self._matchers.move_to_end(prefix)
+        if len(self._matchers) > _MATCHERS_KEPT:
+            self._matchers.popitem(last=False)
