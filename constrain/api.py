@@ -29,7 +29,7 @@ from constrain.jsonschema.types import schema_from_type
 from constrain.jsonschema.values import value_from_json
 from constrain.samplers import TokenSampler, token_sampler
 from constrain.samplers.asap import ASAp
-from constrain.samplers.sequence import Particle, StepStats, decode, steps, tempered
+from constrain.samplers.sequence import Particle, StepStats, steps, tempered
 from constrain.samplers.smc import SMC, SMCResult, WeightedText
 from constrain.specs import constraint_for
 
@@ -82,8 +82,8 @@ class GenerationResult:
             (dataclass, pydantic model, Enum member, ...); None when the text is incomplete or
             the constraint is not JSON.
         tokens: the generated token ids (EOS excluded).
-        finish_reason: "stop" (the constraint accepted and generation ended) or "length"
-            (`max_tokens` ran out first).
+        finish_reason: "stop" (the constraint accepted and generation ended), "length"
+            (`max_tokens` ran out first) or "timeout" (the `timeout` passed first).
         complete: True when the text is in the constraint's language; a "length" result is
             marked incomplete, never silently invalid.
         log_weight: the sequence's importance weight for the model conditioned on the
@@ -126,6 +126,8 @@ class Generator:
         temperature: softmax temperature; `greedy=True` takes the most likely allowed token.
         chat / system: apply the chat template (default: when the tokenizer has one), and an
             optional system message.
+        timeout: seconds of decoding after which generation stops with finish reason
+            "timeout" (checked between steps; token samplers only).
     """
 
     def __init__(
@@ -144,6 +146,7 @@ class Generator:
         greedy: bool = False,
         chat: bool | None = None,
         system: str | None = None,
+        timeout: float | None = None,
     ):
         if isinstance(sampler, (SMC, ASAp)) and greedy:
             raise ValueError(
@@ -171,6 +174,7 @@ class Generator:
         self.greedy = greedy
         self.chat = chat
         self.system = system
+        self.timeout = timeout
 
     # -- calls -------------------------------------------------------------------------------------
 
@@ -191,9 +195,11 @@ class Generator:
             return [self._smc(p, seed + i, t_call) for i, p in enumerate(prompts)]
         if isinstance(self.sampler, ASAp):
             return [self._asap(p, seed + i, t_call) for i, p in enumerate(prompts)]
-        particles, options, prefill_s = self._start(prompts, seed)
-        particles = decode(self.model, particles, self.sampler, **options)
-        return [self._result(p, t_call, prefill_s) for p in particles]
+        started, options, prefill_s = self._start(prompts, seed)
+        final = started
+        for final in self._steps(started, options):  # noqa: B007 (the last step's particles)
+            pass
+        return [self._result(p, t_call, prefill_s) for p in final]
 
     def stream(self, prompt: str | Sequence[dict], *, seed: int | None = None) -> TextStream:
         """The text of one generation as it is produced (token samplers only); the stream's
@@ -226,6 +232,17 @@ class Generator:
             score_eos=not self.greedy,  # greedy has no weight to complete: save the forward
         )
         return particles, options, time.perf_counter() - t0
+
+    def _steps(self, particles: list[Particle], options: dict) -> Iterator[list[Particle]]:
+        """`steps`, stopped with finish reason "timeout" once `timeout` seconds have passed."""
+        t0 = time.perf_counter()
+        for current in steps(self.model, particles, self.sampler, **options):
+            yield current
+            if self.timeout is not None and time.perf_counter() - t0 > self.timeout:
+                for p in current:
+                    if p.running:
+                        p.finish("timeout", f"decoding took more than {self.timeout} s")
+                return
 
     def _result(self, particle: Particle, t_call: float, prefill_s: float) -> GenerationResult:
         if particle.finish_reason == "dead":
@@ -329,7 +346,7 @@ class TextStream:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         sent = 0
         vocab = gen.model.vocab
-        for current in steps(gen.model, particles, gen.sampler, **options):
+        for current in gen._steps(particles, options):
             (particle,) = current
             fresh = particle.tokens[sent:]
             sent = len(particle.tokens)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +20,8 @@ from constrain.vocab import Vocabulary
 
 __all__ = ["constraint_for", "free_text", "grammar_from"]
 
-_constraint_cache: weakref.WeakKeyDictionary[Vocabulary, dict[tuple, Constraint]] = (
+_CACHED_PER_VOCABULARY = 64  # constraints kept per vocabulary, least recently used out
+_constraint_cache: weakref.WeakKeyDictionary[Vocabulary, OrderedDict[tuple, Constraint]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -80,9 +82,10 @@ def constraint_for(
         key = ("choices", spec)
     else:
         key = (kind, spec, _options_key(schema_options) if kind == "type" else ())
-    per_vocab = _constraint_cache.setdefault(vocab, {})
+    per_vocab = _constraint_cache.setdefault(vocab, OrderedDict())
     cached = per_vocab.get(key)
     if cached is not None and (kind != "grammar" or cached.grammar is spec):
+        per_vocab.move_to_end(key)
         return cached
     builders = {
         "grammar": lambda: spec,
@@ -93,6 +96,8 @@ def constraint_for(
     }
     constraint = Constraint(builders[kind](), vocab)
     per_vocab[key] = constraint
+    if len(per_vocab) > _CACHED_PER_VOCABULARY:
+        per_vocab.popitem(last=False)
     return constraint
 
 
@@ -102,7 +107,7 @@ def _options_key(options: dict) -> tuple:
 
 def free_text(vocab: Vocabulary) -> Constraint:
     """The constraint of unconstrained generation: any text (valid UTF-8), EOS anywhere."""
-    per_vocab = _constraint_cache.setdefault(vocab, {})
+    per_vocab = _constraint_cache.setdefault(vocab, OrderedDict())
     if ("free",) not in per_vocab:
         per_vocab[("free",)] = Constraint(Grammar.from_regex(r"(?:.|\n)*"), vocab)
     return per_vocab[("free",)]

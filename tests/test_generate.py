@@ -164,3 +164,8 @@ def test_generate_argument_errors(tiny_model):
         cn.stream(tiny_model, "x", regex="a", sampler=cn.SMC())
     with pytest.raises(ValueError, match="unknown sampler"):
         cn.generate(tiny_model, "x", regex="a", sampler="beam")
+
+
+def test_timeout_stops_generation(tiny_model):
+    out = cn.generate(tiny_model, "x", regex=r"[a-z]{400}", timeout=0.0, chat=False, seed=0)
+    assert out.finish_reason == "timeout" and not out.complete and len(out.tokens) == 1

@@ -232,3 +232,19 @@ def test_rollback_and_score_on_a_stacked_stream(tiny_model):
     rows = m.score(b, [30, 31])
     full = _full_forward(m, TOKENS[3:7] + [20, 21, 30, 31])
     torch.testing.assert_close(rows, full[-3:], atol=1e-4, rtol=1e-4)
+
+
+def test_prompts_sharing_a_prefix_reuse_its_cache(tiny_model):
+    m = tiny_model
+    shared = list(range(300, 340))
+    a = m.start(shared + [5, 6, 7])
+    b = m.start(shared + [8, 9])  # reuses the 40 shared tokens
+    torch.testing.assert_close(
+        m.logprobs([b])[0], _full_forward(m, shared + [8, 9])[-1], atol=1e-4, rtol=1e-4
+    )
+    again = m.start(shared + [5, 6, 7])  # the same prompt: only its last token is fed again
+    torch.testing.assert_close(m.logprobs([again])[0], m.logprobs([a])[0], atol=1e-5, rtol=1e-5)
+    m.append(again, 11)
+    _assert_next(m, again, shared + [5, 6, 7, 11])
+    short = m.start(shared[:10])  # shorter than the minimum shared prefix: a plain prefill
+    _assert_next(m, short, shared[:10])

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
+_MIN_SHARED_PREFIX = 16  # prompt tokens in common before a cached prompt is reused
 _END_OF_TURN = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
 
 
@@ -121,6 +122,8 @@ class TransformersLM:
         self.tokenizer = tokenizer
         self.name = name or getattr(hf_model.config, "name_or_path", "") or type(hf_model).__name__
         self._vocab = None
+        self.prompt_cache_bytes = 256 * 2**20  # KV caches of recent prompts, for prefix reuse
+        self._prompts: dict[tuple[int, ...], Stream] = {}  # oldest first
 
     # -- vocabulary and prompts -----------------------------------------------------------------
 
@@ -216,12 +219,54 @@ class TransformersLM:
         return torch.log_softmax(out.logits[0].float(), dim=-1)
 
     def start(self, prompt_ids: Sequence[int]) -> Stream:
-        """A stream over `prompt_ids`, prefilled (the first `logprobs` call is then free)."""
-        if len(prompt_ids) == 0:
+        """A stream over `prompt_ids`, prefilled (the first `logprobs` call is then free).
+
+        Recently prefilled prompts are kept (up to `prompt_cache_bytes` of KV cache): a prompt
+        that shares a prefix of at least 16 tokens with one of them (the same system message
+        and few-shot examples, the same prompt again) only prefills the rest.
+        """
+        ids = [int(t) for t in prompt_ids]
+        if not ids:
             raise ValueError("a stream needs at least one prompt token")
-        stream = Stream(list(prompt_ids), None, 0, None)
-        stream._last = self._forward(stream, stream.tokens)[-1]
+        base, shared = self._cached_prefix(ids)
+        if base is None:
+            stream = Stream(ids, None, 0, None)
+        else:
+            stream = self.fork(base)
+            self.rollback(stream, len(base.tokens) - shared)
+            stream.tokens.extend(ids[shared:])
+            stream.prompt_len = len(ids)
+        stream._last = self._forward(stream, stream.tokens[stream._n_fed :])[-1]
+        self._remember_prompt(stream)
         return stream
+
+    def _cached_prefix(self, ids: list[int]) -> tuple[Stream | None, int]:
+        """The cached prompt sharing the longest prefix with `ids` (at least 16 tokens, and
+        short of the whole of `ids`: its last token must be fed again), and that length."""
+        best, best_len = None, _MIN_SHARED_PREFIX - 1
+        for cached in self._prompts.values():
+            n = 0
+            limit = min(len(cached.tokens), len(ids) - 1)
+            while n < limit and cached.tokens[n] == ids[n]:
+                n += 1
+            if n > best_len:
+                best, best_len = cached, n
+        return best, best_len
+
+    def _remember_prompt(self, stream: Stream) -> None:
+        cache = stream._cache
+        if cache is None or any(layer.is_sliding for layer in cache.layers):
+            return  # a sliding-window cache cannot be cropped back to a prefix
+        self._prompts[tuple(stream.tokens)] = self.fork(stream)
+        while self._prompts and self._prompt_cache_size() > self.prompt_cache_bytes:
+            self._prompts.pop(next(iter(self._prompts)))
+
+    def _prompt_cache_size(self) -> int:
+        return sum(
+            layer.keys.nbytes + layer.values.nbytes
+            for s in self._prompts.values()
+            for layer in s._cache.layers
+        )
 
     def append(self, stream: Stream, token: int) -> None:
         """Record `token`; it is fed at the next `logprobs` or `score`."""
