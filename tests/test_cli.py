@@ -1,0 +1,75 @@
+"""The command line, end to end, with a tiny random model saved to a local directory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from constrain.cli import main
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model, tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-model")
+    tiny_model.hf_model.save_pretrained(path)
+    tiny_model.tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def test_generate_with_each_constraint_kind(model_dir, tmp_path, capsys):
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(schema))
+    cases = [
+        (["--schema", str(path)], lambda t: json.loads(t)["ok"] in (True, False)),
+        (["--regex", r"\d{3}"], lambda t: t.isdigit() and len(t) == 3),
+        (["--choices", "red", "blue"], lambda t: t in ("red", "blue")),
+        (["--grammar", 'start: "a" "b"+', "--max-tokens", "8"], lambda t: t.startswith("ab")),
+    ]
+    for flags, ok in cases:
+        code = main(["generate", "hi", "--model", model_dir, "--greedy", *flags])
+        text = capsys.readouterr().out.strip()
+        assert code in (0, 3) and ok(text), (flags, text)
+
+
+def test_stream_verbose_and_smc(model_dir, capsys):
+    code = main(["generate", "--model", model_dir, "--regex", "[ab]{4}", "--stream", "-v", "x"])
+    captured = capsys.readouterr()
+    assert code == 0 and len(captured.out.strip()) == 4
+    assert json.loads(captured.err.strip().splitlines()[-1])["finish_reason"] == "stop"
+    code = main(
+        [
+            "generate",
+            "--model",
+            model_dir,
+            "--regex",
+            "[ab]{2}",
+            "--sampler",
+            "smc",
+            "--particles",
+            "3",
+            "--seed",
+            "1",
+            "x",
+        ]
+    )
+    assert code == 0 and len(capsys.readouterr().out.strip()) == 2
+
+
+def test_errors_are_reported_not_raised(model_dir, capsys):
+    assert main(["generate", "--model", model_dir, "--regex", "(?<=a)b", "x"]) == 2
+    assert "lookbehind" in capsys.readouterr().err.lower()
+
+
+def test_help_everywhere(capsys):
+    for argv in (
+        ["--help"],
+        ["generate", "--help"],
+        ["bench", "jsonschemabench", "--help"],
+        ["conformance", "maskbench", "--help"],
+        ["models", "--help"],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 0 and "usage" in capsys.readouterr().out
