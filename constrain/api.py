@@ -27,9 +27,11 @@ from constrain.errors import ConstrainError
 from constrain.grammar import Grammar
 from constrain.jsonschema.types import schema_from_type
 from constrain.jsonschema.values import value_from_json
+from constrain.processors import Processor, ProcessorStack
+from constrain.processors.bound import BoundStack
 from constrain.samplers import TokenSampler, token_sampler
 from constrain.samplers.asap import ASAp
-from constrain.samplers.sequence import Particle, StepStats, steps, tempered
+from constrain.samplers.sequence import Particle, StepStats, steps
 from constrain.samplers.smc import SMC, SMCResult, WeightedText
 from constrain.specs import constraint_for
 
@@ -121,6 +123,10 @@ class Generator:
             token), "lcd" (a full mask per state), "awrs-two-pass", a token sampler object,
             `cn.SMC(...)` (particles; the result is drawn from the weighted particles) or a
             `cn.ASAp()` (grammar-aligned; reuse the object across calls).
+        processors: the logits-processor stack (`cn.CFG`, `cn.Contrastive`, model arithmetic
+            formulas `cn.M(...)`, `cn.CyclicReflex`, warpers such as `cn.TopP`, any
+            transformers processor in `cn.HFProcessor`), applied in stage order: control ->
+            constraint -> temperature -> truncation.
         max_tokens: generation stops after this many tokens; if the constraint has not accepted
             by then, `finish_reason == "length"` and `complete` is False.
         temperature: softmax temperature; `greedy=True` takes the most likely allowed token.
@@ -141,6 +147,7 @@ class Generator:
         type: Any = None,
         schema_options: Mapping[str, Any] | None = None,
         sampler: str | TokenSampler | SMC | ASAp = "awrs",
+        processors: Sequence[Processor] = (),
         max_tokens: int = 256,
         temperature: float = 1.0,
         greedy: bool = False,
@@ -170,7 +177,7 @@ class Generator:
         self.sampler = sampler if isinstance(sampler, (SMC, ASAp)) else token_sampler(sampler)
         self.max_tokens = max_tokens
         self.temperature = temperature
-        self._hook = tempered(temperature)
+        self.stack = ProcessorStack(processors, temperature)
         self.greedy = greedy
         self.chat = chat
         self.system = system
@@ -216,16 +223,28 @@ class Generator:
     def _generator(self, seed: int) -> torch.Generator:
         return torch.Generator(device=self.model.device).manual_seed(seed)
 
+    def _bound(self, prompt, prompt_ids: list[int]) -> BoundStack:
+        return BoundStack(
+            self.stack, self.model, prompt_ids, prompt, chat=self.chat, system=self.system
+        )
+
     def _start(self, prompts, seed: int) -> tuple[list[Particle], dict, float]:
         """Prefilled particles and the options of `steps` / `decode`."""
+        if len(prompts) > 1 and self.stack.terms:
+            raise ValueError(
+                "processors with auxiliary prompts (CFG, ...) run one prompt at a time"
+            )
         t0 = time.perf_counter()
-        particles = [
-            Particle(self.model.start(self._prompt_ids(p)), self.constraint.start())
-            for p in prompts
-        ]
+        particles, stack = [], None
+        for prompt in prompts:
+            ids = self._prompt_ids(prompt)
+            stack = self._bound(prompt, ids)
+            particles.append(
+                Particle(self.model.start(ids), self.constraint.start(), stack.start_terms())
+            )
         options = dict(
             max_tokens=self.max_tokens,
-            hook=self._hook,
+            stack=stack,
             generator=self._generator(seed),
             greedy=self.greedy,
             stats=StepStats(),
@@ -290,13 +309,14 @@ class Generator:
         return value_from_json(self._type, data) if self._type is not None else data
 
     def _smc(self, prompt, seed: int, t_call: float) -> GenerationResult:
+        ids = self._prompt_ids(prompt)
         result = self.sampler.run(
             self.model,
-            self._prompt_ids(prompt),
+            ids,
             self.constraint,
             max_tokens=self.max_tokens,
-            temperature=self.temperature,
             seed=seed,
+            stack=self._bound(prompt, ids),
         )
         chosen = result.choice(np.random.default_rng(seed)) or result.particles[0]
         stats = GenerationStats(
@@ -317,13 +337,14 @@ class Generator:
         )
 
     def _asap(self, prompt, seed: int, t_call: float) -> GenerationResult:
+        ids = self._prompt_ids(prompt)
         particle = self.sampler.run(
             self.model,
-            self._prompt_ids(prompt),
+            ids,
             self.constraint,
             max_tokens=self.max_tokens,
-            temperature=self.temperature,
             generator=self._generator(seed),
+            stack=self._bound(prompt, ids),
         )
         return self._result(particle, t_call, 0.0)
 
@@ -419,11 +440,12 @@ def smc(
     `Generator` (constraint, `max_tokens`, `temperature`, `chat`, `system`)."""
     config = SMC(particles, ess_threshold, resampling, token_sampler)
     generator = Generator(model, sampler=config, **options)
+    ids = generator._prompt_ids(prompt)
     return config.run(
         model,
-        generator._prompt_ids(prompt),
+        ids,
         generator.constraint,
         max_tokens=generator.max_tokens,
-        temperature=generator.temperature,
         seed=seed,
+        stack=generator._bound(prompt, ids),
     )

@@ -30,8 +30,9 @@ import torch
 
 import constrain as cn
 from constrain.bench._common import argument_parser, emit, fmt, percentile
+from constrain.processors.bound import BoundStack
 from constrain.samplers import token_sampler
-from constrain.samplers.sequence import Particle, StepStats, decode, tempered
+from constrain.samplers.sequence import Particle, StepStats, decode
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 PROMPT = "Generate a JSON object valid under this JSON Schema:\n{schema}"
@@ -76,7 +77,7 @@ def run_one(
         [particle],
         token_sampler(sampler),
         max_tokens=max_tokens,
-        hook=tempered(1.0),
+        stack=BoundStack.plain(model, prompt_ids),
         generator=generator,
         greedy=False,
         stats=stats,

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 import torch
 
 from constrain.matcher import Constraint
+from constrain.processors.bound import BoundStack
 from constrain.samplers.base import categorical
 from constrain.samplers.lcd import LCD
-from constrain.samplers.sequence import Particle, StepStats, tempered
+from constrain.samplers.sequence import Particle, StepStats
 
 __all__ = ["ASAp"]
 
@@ -69,7 +70,6 @@ class ASAp:
         self.samples = 0
         self.signature: dict | None = None
         self._lcd = LCD()
-        self._prompt_stream = None
 
     # -- sampling --------------------------------------------------------------------------------
 
@@ -83,20 +83,24 @@ class ASAp:
         temperature: float = 1.0,
         generator: torch.Generator | None = None,
         stats: StepStats | None = None,
+        stack: BoundStack | None = None,
     ) -> Particle:
-        """Draw one sample and tighten the trie with it."""
-        self._bind(model, prompt_ids, constraint, temperature)
-        hook = tempered(temperature)
+        """Draw one sample and tighten the trie with it (`stack`: the processors bound to
+        this generation; default: only `temperature`; truncation warpers are refused)."""
+        stack = stack if stack is not None else BoundStack.plain(model, prompt_ids, temperature)
+        self._bind(model, prompt_ids, constraint, repr(stack.stack))
+        if stack.truncates:
+            raise ValueError("ASAp needs the full constrained distribution: no truncation warpers")
         stats = stats if stats is not None else StepStats()
-        if self._prompt_stream is None:
-            self._prompt_stream = model.start(prompt_ids)
-        particle = Particle(model.fork(self._prompt_stream), constraint.start())
+        particle = Particle(model.start(prompt_ids), constraint.start(), stack.start_terms())
         node, path = self.root, [self.root]
         eos_ids = set(model.vocab.eos_ids)
         for _ in range(max_tokens):
-            rows = model.logprobs([particle.stream])
+            ((main, term_rows),) = stack.rows([particle.stream], [particle.terms])
             stats.forwards += 1
-            row = hook(rows[0])
+            row = stack.after_constraint(
+                stack.before_constraint(main, term_rows, particle.tokens), particle.tokens
+            )
             token = self._draw(node, row, particle, generator)
             stats.draws += 1
             stats.masks += 1
@@ -114,6 +118,9 @@ class ASAp:
                 break
             particle.tokens.append(token)
             model.append(particle.stream, token)
+            for term_model, term_stream in zip(stack.term_models, particle.terms):
+                if term_stream is not None:
+                    term_model.append(term_stream, token)
         else:
             complete = particle.matcher.accepting()
             particle.finish("length", "" if complete else "max_tokens reached before the end")
@@ -133,14 +140,14 @@ class ASAp:
         token, _ = categorical(scores, generator)
         return token if token >= 0 else None
 
-    def _bind(self, model, prompt_ids, constraint: Constraint, temperature: float) -> None:
+    def _bind(self, model, prompt_ids, constraint: Constraint, processors: str) -> None:
         grammar = constraint.grammar
         signature = {
             "model": getattr(model, "name", ""),
             "vocab_size": model.vocab.size,
             "prompt_ids": list(prompt_ids),
             "grammar": f"{grammar.kind}:{grammar.source}",
-            "temperature": temperature,
+            "processors": processors,  # temperature included
         }
         if self.signature is None:
             self.signature = signature
@@ -148,7 +155,7 @@ class ASAp:
             changed = [k for k in signature if signature[k] != self.signature[k]]
             raise ValueError(
                 f"this ASAp trie was built for another {', '.join(changed)}; "
-                f"use a new cn.ASAp() for a new prompt, constraint, model or temperature"
+                f"use a new cn.ASAp() for a new prompt, constraint, model or processors"
             )
 
     # -- inspection and persistence ----------------------------------------------------------------

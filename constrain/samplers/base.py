@@ -57,7 +57,9 @@ class TokenSampler(Protocol):
         ...
 
 
-def categorical(scores: torch.Tensor, generator: torch.Generator | None = None) -> tuple[int, float]:
+def categorical(
+    scores: torch.Tensor, generator: torch.Generator | None = None
+) -> tuple[int, float]:
     """One index drawn with probability proportional to ``exp(scores)``, and
     ``logsumexp(scores)``; (-1, -inf) when every score is -inf.
 

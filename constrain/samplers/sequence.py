@@ -1,9 +1,11 @@
 """One step of constrained decoding for a batch of sequences: the loop every sampler shares.
 
-A `Particle` is one sequence in flight: the model stream, the Matcher, the generated tokens and
-the running log-weight. `advance` runs one batched forward for the live particles and lets a
-token sampler pick each next token, so single-sequence generation, SMC and their statistics
-all come from the same code.
+A `Particle` is one sequence in flight: the model stream (and the streams of its processors'
+terms), the Matcher, the generated tokens and the running log-weight. `advance` runs one
+batched forward per model for the live particles, applies the processor stack in its stage
+order (control -> constraint -> temperature -> truncation) and lets a token sampler pick each
+next token, so single-sequence generation, batches, SMC and their statistics all come from the
+same code.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from dataclasses import dataclass, field
 import torch
 
 from constrain.matcher import Matcher
+from constrain.processors.bound import BoundStack
 from constrain.samplers.base import Draw, TokenSampler, categorical
+from constrain.samplers.lcd import LCD
 
 __all__ = [
     "Particle",
@@ -27,10 +31,7 @@ __all__ = [
     "finish_at_length",
     "forced_eos",
     "steps",
-    "tempered",
 ]
-
-LogprobsHook = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Particle:
 
     stream: object
     matcher: Matcher
+    terms: list = field(default_factory=list)  # the processors' term streams (None: main)
     tokens: list[int] = field(default_factory=list)
     log_weight: float = 0.0
     finish_reason: str | None = None
@@ -77,23 +79,29 @@ class Particle:
     def finish(self, reason: str, why: str = "") -> None:
         self.finish_reason = reason
         self.reason = why
-        self.stream = None  # release the KV cache
+        self.stream = None  # release the KV caches
+        self.terms = [None] * len(self.terms)
 
-    def fork(self, model) -> Particle:
-        stream = model.fork(self.stream) if self.stream is not None else None
+    def rollback(self, n: int, model, stack: BoundStack) -> None:
+        """Undo the last `n` generated tokens: matcher, stream and term streams together."""
+        if n == 0:
+            return
+        self.matcher.rollback(n)
+        del self.tokens[-n:]
+        model.rollback(self.stream, n)
+        for term_model, term_stream in zip(stack.term_models, self.terms):
+            if term_stream is not None:
+                term_model.rollback(term_stream, n)
+
+    def fork(self, model, stack: BoundStack | None = None) -> Particle:
+        """An independent copy: streams (the terms' too, with `stack`) and matcher forked."""
         twin = copy.copy(self)
-        twin.stream, twin.matcher, twin.tokens = stream, self.matcher.fork(), list(self.tokens)
+        twin.stream = model.fork(self.stream) if self.stream is not None else None
+        models = stack.term_models if stack is not None else [model] * len(self.terms)
+        twin.terms = [m.fork(s) if s is not None else None for m, s in zip(models, self.terms)]
+        twin.matcher, twin.tokens = self.matcher.fork(), list(self.tokens)
         twin.step_s = list(self.step_s)
         return twin
-
-
-def tempered(temperature: float) -> LogprobsHook:
-    """The log-probabilities at `temperature` (renormalised)."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}; use greedy=True instead")
-    if temperature == 1.0:
-        return lambda lp: lp
-    return lambda lp: torch.log_softmax(lp / temperature, dim=-1)
 
 
 def forced_eos(logprobs: torch.Tensor, eos_ids: Sequence[int], generator, greedy: bool) -> Draw:
@@ -112,28 +120,34 @@ def advance(
     particles: Sequence[Particle],
     sampler: TokenSampler,
     *,
-    hook: LogprobsHook,
+    stack: BoundStack,
     generator: torch.Generator | None,
     greedy: bool,
     stats: StepStats,
 ) -> None:
-    """One token for every particle: one batched forward, then a draw per particle.
+    """One token for every particle: one batched forward per model, then a draw per particle.
 
     A particle whose matcher allows only EOS takes it with weight log P(EOS) without running
     the token sampler (a rejection sampler would wade through the vocabulary to find it).
+    With truncation warpers in the stack, the row is masked first, so they keep only allowed
+    tokens; the weight is then the allowed mass before truncation.
     """
     t_start = time.perf_counter()
-    rows = model.logprobs([p.stream for p in particles])
+    rows = stack.rows([p.stream for p in particles], [p.terms for p in particles])
     stats.forwards += 1
     stats.forward_s += time.perf_counter() - t_start
     eos_ids = model.vocab.eos_ids
-    for particle, row in zip(particles, rows):
-        row = hook(row)
+    for particle, (main, term_rows) in zip(particles, rows):
+        row = stack.before_constraint(main, term_rows, particle.tokens)
         t0 = time.perf_counter()
         matcher = particle.matcher
-        if matcher.done():
+        if matcher.done():  # only EOS: its mass before any truncation is the weight
+            row = stack.after_constraint(row, particle.tokens, truncate=False)
             draw = forced_eos(row, eos_ids, generator, greedy)
+        elif stack.truncates:
+            draw = _truncated_draw(row, particle, sampler, stack, generator, greedy)
         else:
+            row = stack.after_constraint(row, particle.tokens)
             draw = sampler.sample(row, matcher, generator, greedy=greedy)
         t1 = time.perf_counter()
         if particle.first_token_at is None:
@@ -160,10 +174,36 @@ def advance(
         else:
             particle.tokens.append(draw.token)
             model.append(particle.stream, draw.token)
+            for term_model, term_stream in zip(stack.term_models, particle.terms):
+                if term_stream is not None:
+                    term_model.append(term_stream, draw.token)
     elapsed = time.perf_counter() - t_start
     stats.step_s.append(elapsed)
     for particle in particles:
         particle.step_s.append(elapsed)
+
+
+_MASKER = LCD()
+
+
+def _truncated_draw(row, particle, sampler, stack: BoundStack, generator, greedy) -> Draw:
+    """Mask, then temperature and truncation over the allowed tokens, then draw."""
+    t0 = time.perf_counter()
+    mask = _MASKER.device_mask(particle.matcher, row.device)
+    spent = time.perf_counter() - t0
+    masked = row.masked_fill(~mask[: row.shape[-1]], -math.inf)
+    log_z = float(torch.logsumexp(masked.double(), dim=-1))
+    if log_z == -math.inf:
+        return Draw(0, -math.inf, masks=1, reason=_NOTHING_ALLOWED, constraint_s=spent)
+    kept = stack.after_constraint(masked - log_z, particle.tokens)
+    draw = sampler.sample(kept, particle.matcher, generator, greedy=greedy)
+    weight = draw.log_weight + (0.0 if greedy else log_z)
+    return Draw(
+        draw.token, weight, draw.checks, draw.masks + 1, draw.reason, draw.constraint_s + spent
+    )
+
+
+_NOTHING_ALLOWED = "every token the constraint allows has probability 0 under the model"
 
 
 def _spent(stats: StepStats, particle: Particle, seconds: float) -> None:
@@ -176,7 +216,7 @@ def finish_at_length(
     model,
     particles: Sequence[Particle],
     *,
-    hook: LogprobsHook,
+    stack: BoundStack,
     score_eos: bool,
     stats: StepStats,
 ) -> None:
@@ -185,12 +225,14 @@ def finish_at_length(
     complete = [p for p in particles if p.matcher.accepting()]
     if score_eos and complete:
         t0 = time.perf_counter()
-        rows = model.logprobs([p.stream for p in complete])
+        rows = stack.rows([p.stream for p in complete], [p.terms for p in complete])
         stats.forwards += 1
         stats.forward_s += time.perf_counter() - t0
         eos = list(model.vocab.eos_ids)
-        for particle, row in zip(complete, rows):
-            particle.log_weight += float(torch.logsumexp(hook(row)[eos].double(), dim=-1))
+        for particle, (main, term_rows) in zip(complete, rows):
+            row = stack.before_constraint(main, term_rows, particle.tokens)
+            row = stack.after_constraint(row, particle.tokens, truncate=False)
+            particle.log_weight += float(torch.logsumexp(row[eos].double(), dim=-1))
     for particle in particles:
         if particle.matcher.accepting():
             particle.matcher.advance(model.vocab.eos_ids[0])
@@ -206,7 +248,7 @@ def steps(
     sampler: TokenSampler,
     *,
     max_tokens: int,
-    hook: LogprobsHook,
+    stack: BoundStack,
     generator: torch.Generator | None,
     greedy: bool,
     stats: StepStats,
@@ -235,12 +277,14 @@ def steps(
         if not running:
             yield particles
             return
-        advance(model, running, sampler, hook=hook, generator=generator, greedy=greedy, stats=stats)
+        advance(
+            model, running, sampler, stack=stack, generator=generator, greedy=greedy, stats=stats
+        )
         if between_steps is not None:
             particles = between_steps(particles)
         yield particles
     running = [p for p in particles if p.running]
-    finish_at_length(model, running, hook=hook, score_eos=score_eos, stats=stats)
+    finish_at_length(model, running, stack=stack, score_eos=score_eos, stats=stats)
     yield particles
 
 

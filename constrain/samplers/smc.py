@@ -27,9 +27,10 @@ import numpy as np
 import torch
 
 from constrain.matcher import Constraint
+from constrain.processors.bound import BoundStack
 from constrain.samplers import token_sampler
 from constrain.samplers.base import TokenSampler
-from constrain.samplers.sequence import Particle, StepStats, decode, tempered
+from constrain.samplers.sequence import Particle, StepStats, decode
 
 __all__ = ["SMC", "SMCResult", "WeightedText", "resample"]
 
@@ -163,15 +164,25 @@ class SMC:
         max_tokens: int = 256,
         temperature: float = 1.0,
         seed: int | None = None,
+        stack: BoundStack | None = None,
     ) -> SMCResult:
-        """Run the particles to completion (EOS, death or `max_tokens`)."""
-        hook = tempered(temperature)
+        """Run the particles to completion (EOS, death or `max_tokens`).
+
+        Args:
+            stack: the processors bound to this generation (default: only `temperature`);
+                truncation warpers are refused, they leave SMC no target distribution.
+        """
+        stack = stack if stack is not None else BoundStack.plain(model, prompt_ids, temperature)
+        if stack.truncates:
+            raise ValueError(
+                "SMC needs a target distribution: truncation warpers (top-k, top-p, ...) act "
+                "after the constraint and leave none; use control processors and temperature"
+            )
         generator = torch.Generator(device=model.device)
         rng = np.random.default_rng(seed)
         generator.manual_seed(int(rng.integers(2**63 - 1)))
-        first = model.start(prompt_ids)
-        particles = [Particle(first, constraint.start())]
-        particles += [particles[0].fork(model) for _ in range(self.particles - 1)]
+        first = Particle(model.start(prompt_ids), constraint.start(), stack.start_terms())
+        particles = [first] + [first.fork(model, stack) for _ in range(self.particles - 1)]
         stats = StepStats()
         result = SMCResult([], 0.0, stats=stats)
 
@@ -187,7 +198,7 @@ class SMC:
             used: set[int] = set()
             out = []
             for a in ancestors.tolist():
-                child = current[a] if a not in used else current[a].fork(model)
+                child = current[a] if a not in used else current[a].fork(model, stack)
                 used.add(a)
                 child.log_weight = average
                 out.append(child)
@@ -198,7 +209,7 @@ class SMC:
             particles,
             self._sampler,
             max_tokens=max_tokens,
-            hook=hook,
+            stack=stack,
             generator=generator,
             greedy=False,
             stats=stats,

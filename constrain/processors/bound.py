@@ -1,0 +1,107 @@
+"""A processor stack bound to one generation: its terms' models and prompts, and the rows.
+
+`BoundStack` resolves each term (a term without a model uses the generation's; one whose model
+and prompt are the generation's own reads the main row instead of a stream of its own), starts
+the term streams of a sequence, and, for a batch of sequences, runs one forward per distinct
+model over every stream that needs it: the targets and, say, CFG's unconditional prompts of
+all particles together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from constrain.processors.base import ProcessorStack, Step
+
+__all__ = ["BoundStack"]
+
+
+class BoundStack:
+    """`stack` for a generation of `model` on `user_prompt` (encoded as `prompt_ids`)."""
+
+    def __init__(
+        self,
+        stack: ProcessorStack,
+        model,
+        prompt_ids: Sequence[int],
+        user_prompt=None,
+        *,
+        chat: bool | None = None,
+        system: str | None = None,
+    ):
+        self.stack = stack
+        self.model = model
+        self.prompt_ids = tuple(prompt_ids)
+        self.term_models = []
+        self.term_prompts: list[list[int] | None] = []  # None: the term is the main stream
+        for term in stack.terms:
+            term_model = term.model if term.model is not None else model
+            if term_model.vocab.size != model.vocab.size:
+                raise ValueError(
+                    f"{term_model!r} has {term_model.vocab.size} token ids but the generation's "
+                    f"model has {model.vocab.size}: terms must share the tokenizer"
+                )
+            ids = term.prompt_ids(term_model, user_prompt, chat=chat, system=system)
+            same = term_model is model and tuple(ids) == self.prompt_ids
+            self.term_models.append(term_model)
+            self.term_prompts.append(None if same else ids)
+
+    @classmethod
+    def plain(cls, model, prompt_ids: Sequence[int], temperature: float = 1.0) -> BoundStack:
+        """No processor but the temperature."""
+        return cls(ProcessorStack(temperature=temperature), model, prompt_ids)
+
+    def start_terms(self) -> list:
+        """A new sequence's term streams (None where the term reads the main row)."""
+        return [
+            m.start(ids) if ids is not None else None
+            for m, ids in zip(self.term_models, self.term_prompts)
+        ]
+
+    def step(self, prefix: Sequence[int]) -> Step:
+        return Step(tuple(prefix), self.prompt_ids, self.model.vocab)
+
+    def rows(self, streams: Sequence, terms: Sequence[list]) -> list[tuple[torch.Tensor, list]]:
+        """For each sequence (its main stream and term streams): the main row and the term
+        rows, from one batched forward per model."""
+        groups: dict[int, tuple[object, list, list]] = {}
+
+        def need(model, stream, slot):
+            groups.setdefault(id(model), (model, [], []))
+            groups[id(model)][1].append(stream)
+            groups[id(model)][2].append(slot)
+
+        for i, (stream, own) in enumerate(zip(streams, terms)):
+            need(self.model, stream, (i, None))
+            for j, term_stream in enumerate(own):
+                if term_stream is not None:
+                    need(self.term_models[j], term_stream, (i, j))
+        out = [[None, [None] * len(self.term_models)] for _ in streams]
+        for model, batch, slots in groups.values():
+            for (i, j), row in zip(slots, model.logprobs(batch)):
+                if j is None:
+                    out[i][0] = row
+                else:
+                    out[i][1][j] = row
+        for main, term_rows in out:  # terms that are the main stream read its row
+            for j, row in enumerate(term_rows):
+                if row is None:
+                    term_rows[j] = main
+        return [(main, term_rows) for main, term_rows in out]
+
+    def before_constraint(self, main: torch.Tensor, term_rows: list, prefix) -> torch.Tensor:
+        if not self.stack.control:
+            return main
+        return self.stack.before_constraint(main, term_rows, self.step(prefix))
+
+    def after_constraint(self, row: torch.Tensor, prefix, truncate: bool = True) -> torch.Tensor:
+        """Temperature and (unless `truncate` is False) truncation."""
+        if not self.stack.after_constraint:
+            return row
+        return self.stack.after(row, self.step(prefix), truncate)
+
+    @property
+    def truncates(self) -> bool:
+        return self.stack.truncates
