@@ -1,9 +1,12 @@
 """Interoperability with Hugging Face `transformers`.
 
-`LogitsProcessor(constraint)` puts any constraint of this library (regex, grammar, JSON Schema,
-type) inside ``model.generate``: greedy, sampling, beam search and batches all work, because
-the processor finds each row's matcher from the row's generated tokens rather than from a call
-counter.
+`LogitsProcessor(constraint, processors=[...])` puts any constraint of this library (regex,
+grammar, JSON Schema, type) and our processors that need no auxiliary model (warpers,
+penalties, CyclicReflex, wrapped transformers processors) inside ``model.generate``, in our
+stage order: control -> constraint -> temperature -> truncation. Greedy, sampling, beam search
+and batches all work, because each row's matcher is found from the row's generated tokens
+rather than from a call counter. (transformers samples with ``top_k=50`` unless told
+``top_k=0``; its own warpers then run after ours.)
 
     from transformers import AutoModelForCausalLM
     c = cn.Constraint(cn.Grammar.from_json_schema(schema), cn.Vocabulary.from_tokenizer(tok))
@@ -18,6 +21,7 @@ from collections import OrderedDict
 import torch
 
 from constrain.matcher import Constraint, Matcher
+from constrain.processors import Processor, ProcessorStack, Step
 
 __all__ = ["LogitsProcessor"]
 
@@ -30,14 +34,28 @@ class LogitsProcessor:
     Args:
         constraint: the constraint, bound to the model's vocabulary (`vocab.size` must be the
             logits width).
+        processors: our processors to apply around the constraint; those that read an
+            auxiliary prompted model (CFG, contrastive, model arithmetic) need their own
+            forwards and are refused here: use `cn.generate`.
         prompt_length: the prompt's length in ``input_ids``; by default the width of the
             first call's ``input_ids`` (right for ``generate``'s left-padded batches).
 
     After a row's EOS, the row may only repeat EOS (``generate`` pads finished rows).
     """
 
-    def __init__(self, constraint: Constraint, prompt_length: int | None = None):
+    def __init__(
+        self,
+        constraint: Constraint,
+        processors: list[Processor] = (),
+        prompt_length: int | None = None,
+    ):
         self.constraint = constraint
+        self.stack = ProcessorStack(processors)
+        if self.stack.terms:
+            raise ValueError(
+                "processors that read an auxiliary prompted model (CFG, contrastive, model "
+                "arithmetic) cannot run inside transformers' generate: use cn.generate"
+            )
         self.prompt_length = prompt_length
         self._matchers: OrderedDict[tuple[int, ...], Matcher] = OrderedDict()
         self._eos = torch.tensor(constraint.vocab.eos_ids)
@@ -50,14 +68,23 @@ class LogitsProcessor:
                 f"the logits have {scores.shape[-1]} columns but the constraint's vocabulary "
                 f"has {self.constraint.vocab.size}: bind the constraint to this model's vocabulary"
             )
-        allowed = torch.zeros_like(scores, dtype=torch.bool)
-        for row, ids in enumerate(input_ids[:, self.prompt_length :].tolist()):
-            matcher = self._matcher(tuple(ids))
+        out = torch.empty_like(scores)
+        vocab = self.constraint.vocab
+        for row, ids in enumerate(input_ids.tolist()):
+            generated = tuple(ids[self.prompt_length :])
+            matcher = self._matcher(generated)
+            allowed = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)
             if matcher is None or matcher.finished():
-                allowed[row, self._eos.to(scores.device)] = True
+                allowed[self._eos.to(scores.device)] = True
             else:
-                allowed[row] = torch.tensor(matcher.mask(), device=scores.device)
-        return scores.masked_fill(~allowed, float("-inf"))
+                allowed[:] = torch.tensor(matcher.mask(), device=scores.device)
+            step = Step(generated, tuple(ids[: self.prompt_length]), vocab)
+            logprobs = torch.log_softmax(scores[row].float(), dim=-1)
+            if self.stack.control:
+                logprobs = self.stack.before_constraint(logprobs, [], step)
+            logprobs = logprobs.masked_fill(~allowed, float("-inf"))
+            out[row] = self.stack.after(logprobs, step) if self.stack.after_constraint else logprobs
+        return out
 
     def _matcher(self, generated: tuple[int, ...]) -> Matcher | None:
         """The matcher after `generated` (None once the row has ended), advanced from the

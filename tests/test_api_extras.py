@@ -101,3 +101,33 @@ def test_logits_processor_in_hf_generate(tiny_model):
             else:  # cut by max_new_tokens: still a valid prefix
                 m = constraint.start()
                 m.advance_many(ids)
+
+
+def test_logits_processor_exports_our_stack(tiny_model):
+    """In transformers' generate: the repetition penalty, then the mask, then top-k = 1 over
+    the allowed tokens: the same tokens as our greedy decoding with the same penalty."""
+    vocab = tiny_model.vocab
+    constraint = cn.Constraint(cn.Grammar.from_regex(r"[a-z]{3,6}"), vocab)
+    ids = tiny_model.encode_prompt("hello", chat=False)
+    processor = cn.hf.LogitsProcessor(constraint, [cn.RepetitionPenalty(1.5), cn.TopK(1)])
+    out = tiny_model.hf_model.generate(
+        torch.tensor([ids]),
+        logits_processor=[processor],
+        max_new_tokens=10,
+        do_sample=True,
+        top_k=0,
+        pad_token_id=vocab.eos_ids[0],
+        eos_token_id=list(vocab.eos_ids),
+    )
+    hf_tokens = [t for t in out[0, len(ids) :].tolist() if t not in vocab.eos_ids]
+    ours = cn.generate(
+        tiny_model,
+        "hello",
+        regex=r"[a-z]{3,6}",
+        chat=False,
+        greedy=True,
+        processors=[cn.RepetitionPenalty(1.5)],
+    )
+    assert hf_tokens == ours.tokens
+    with pytest.raises(ValueError, match="auxiliary"):
+        cn.hf.LogitsProcessor(constraint, [cn.CFG(2.0)])
