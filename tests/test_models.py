@@ -248,3 +248,25 @@ def test_prompts_sharing_a_prefix_reuse_its_cache(tiny_model):
     _assert_next(m, again, shared + [5, 6, 7, 11])
     short = m.start(shared[:10])  # shorter than the minimum shared prefix: a plain prefill
     _assert_next(m, short, shared[:10])
+
+
+def test_a_layer_subset_shares_weights_and_runs(tiny_model):
+    """with_layers([0]) is the model without its second block; the original is unchanged."""
+    import copy as _copy
+
+    m = tiny_model
+    before = m.logprobs([m.start(TOKENS[:5])])[0].clone()
+    shallow = m.with_layers([0])
+    assert shallow.hf_model.model.layers[0].mlp is m.hf_model.model.layers[0].mlp  # shared
+    reference = _copy.deepcopy(m.hf_model)
+    del reference.model.layers[1]
+    reference.config.num_hidden_layers = 1
+    with torch.inference_mode():
+        expected = torch.log_softmax(reference(torch.tensor([TOKENS[:5]])).logits[0, -1], -1)
+    s = shallow.start(TOKENS[:5])
+    torch.testing.assert_close(shallow.logprobs([s])[0], expected, atol=1e-4, rtol=1e-4)
+    shallow.append(s, 9)
+    assert shallow.logprobs([s]).shape == (1, m.vocab_size)  # its own cache of one layer
+    torch.testing.assert_close(m.logprobs([m.start(TOKENS[:5])])[0], before)
+    with pytest.raises(ValueError, match="subset"):
+        m.with_layers([5])

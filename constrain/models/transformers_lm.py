@@ -413,5 +413,59 @@ class TransformersLM:
             stream._last = None
         stream.prompt_len = min(stream.prompt_len, keep)
 
+    def with_layers(self, layers: Sequence[int], *, name: str | None = None) -> TransformersLM:
+        """The same model with only the decoder `layers` (in order), sharing their weights:
+        a cheap draft for self-speculative decoding, or an amateur for contrastive decoding.
+
+        Raises:
+            ValueError: the architecture keeps its layers elsewhere than ``model.layers``, or
+                `layers` is empty or out of range.
+        """
+        base = getattr(self.hf_model, "model", None)
+        blocks = getattr(base, "layers", None)
+        if not isinstance(blocks, torch.nn.ModuleList):
+            raise ValueError(f"{self.name}: no model.layers to choose from")
+        chosen = list(layers)
+        if not chosen or any(not 0 <= i < len(blocks) for i in chosen):
+            raise ValueError(f"layers must be a non-empty subset of 0..{len(blocks) - 1}: {chosen}")
+        config = copy.copy(self.hf_model.config)
+        config.num_hidden_layers = len(chosen)
+        if getattr(config, "layer_types", None):
+            config.layer_types = [config.layer_types[i] for i in chosen]
+        new_blocks = torch.nn.ModuleList(_renumbered(blocks[i], j) for j, i in enumerate(chosen))
+        new_base = _shallow(base, layers=new_blocks)
+        new_base.config = config
+        hf_model = _shallow(self.hf_model, model=new_base)
+        hf_model.config = config
+        twin = TransformersLM(
+            hf_model,
+            self.tokenizer,
+            name=name or f"{self.name}[{len(chosen)} layers]",
+            device=self.device,
+        )
+        twin._vocab = self._vocab
+        return twin
+
     def __repr__(self) -> str:
         return f"TransformersLM({self.name!r}, device={self.device}, vocab_size={self.vocab_size})"
+
+
+def _shallow(module: torch.nn.Module, **children: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `module` sharing its parameters, with some child modules replaced."""
+    twin = copy.copy(module)
+    twin._modules = dict(module._modules)
+    twin._modules.update(children)
+    return twin
+
+
+def _renumbered(block: torch.nn.Module, index: int) -> torch.nn.Module:
+    """A decoder block sharing its weights whose attention caches at layer `index`."""
+    attention = getattr(block, "self_attn", None)
+    if attention is None or not hasattr(attention, "layer_idx"):
+        raise ValueError(f"{type(block).__name__} has no self_attn.layer_idx to renumber")
+    new_attention = _shallow(attention)
+    new_attention.layer_idx = index
+    twin = _shallow(block, self_attn=new_attention)
+    if hasattr(twin, "layer_idx"):
+        twin.layer_idx = index
+    return twin
