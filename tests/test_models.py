@@ -270,3 +270,18 @@ def test_a_layer_subset_shares_weights_and_runs(tiny_model):
     torch.testing.assert_close(m.logprobs([m.start(TOKENS[:5])])[0], before)
     with pytest.raises(ValueError, match="subset"):
         m.with_layers([5])
+
+
+def test_score_many_batches_several_streams(tiny_model):
+    m = tiny_model
+    a, b = m.start(TOKENS[:4]), m.start(TOKENS[2:8])
+    m.append(b, 50)  # a pending token is fed in the same forward
+    rows_a, rows_b = m.score_many([a, b], [[60, 61, 62], [63]])
+    torch.testing.assert_close(
+        rows_a, _full_forward(m, TOKENS[:4] + [60, 61, 62])[3:], atol=1e-4, rtol=1e-4
+    )
+    torch.testing.assert_close(
+        rows_b, _full_forward(m, TOKENS[2:8] + [50, 63])[6:], atol=1e-4, rtol=1e-4
+    )
+    m.rollback(a, 2)
+    _assert_next(m, a, TOKENS[:4] + [60])

@@ -136,6 +136,10 @@ class ToyLM:
         stream.tokens.extend(int(t) for t in tokens)
         return torch.stack(rows)
 
+    def score_many(self, streams: Sequence[ToyStream], token_lists) -> list[torch.Tensor]:
+        self.n_forwards -= len(streams) - 1  # one batched forward
+        return [self.score(s, tokens) for s, tokens in zip(streams, token_lists)]
+
     def fork(self, stream: ToyStream) -> ToyStream:
         twin = ToyStream(list(stream.tokens))
         twin.prompt_len = stream.prompt_len

@@ -338,8 +338,9 @@ class TransformersLM:
             mask[row, width - v[0][0].shape[-2] :] = 1
         return _Batch(_new_cache(self.hf_model.config, layers), mask)
 
-    def _forward_batch(self, streams: Sequence[Stream]) -> None:
-        """Feed every stream's pending tokens in one forward (see `logprobs`)."""
+    def _forward_batch(self, streams: Sequence[Stream]) -> list[torch.Tensor]:
+        """Feed every stream's pending tokens in one forward (see `logprobs`); returns each
+        stream's (n_pending, V) log-probabilities."""
         batch = self._stack(streams)
         past = [s._n_fed for s in streams]
         pending = [s.tokens[s._n_fed :] for s in streams]
@@ -362,31 +363,51 @@ class TransformersLM:
                 use_cache=True,
             )
         batch.cache, batch.mask = out.past_key_values, mask
+        rows = []
         for row, (stream, new) in enumerate(zip(streams, pending)):
             stream._cache = None
             stream._batch, stream._row, stream._cols = batch, row, batch.width
             stream._n_fed += len(new)
-            stream._last = torch.log_softmax(out.logits[row, len(new) - 1].float(), dim=-1)
+            rows.append(torch.log_softmax(out.logits[row, : len(new)].float(), dim=-1))
+            stream._last = rows[-1][-1]
+        return rows
 
     def score(self, stream: Stream, tokens: Sequence[int]) -> torch.Tensor:
         """Append `tokens` and return (k + 1, V) log-probs from one forward.
 
         Row 0 is the distribution before ``tokens[0]``, row i the one after ``tokens[:i]``.
         """
-        pending = stream.tokens[stream._n_fed :]
-        before = stream._last
-        stream.tokens.extend(int(t) for t in tokens)
-        if not pending and before is None:  # only possible right after a rollback to 0 fed
-            raise RuntimeError("stream has no distribution to start from")
-        rows = self._forward(stream, pending + list(tokens)) if (pending or tokens) else None
-        if pending:
-            result = rows[len(pending) - 1 :]
-        elif rows is not None:
-            result = torch.cat([before.unsqueeze(0), rows])
+        return self.score_many([stream], [tokens])[0]
+
+    def score_many(
+        self, streams: Sequence[Stream], token_lists: Sequence[Sequence[int]]
+    ) -> list[torch.Tensor]:
+        """`score` for several streams in one batched forward (speculative verification of a
+        target and its processors' term streams, or of the branches of a draft tree)."""
+        starts = []
+        for stream, tokens in zip(streams, token_lists):
+            pending = len(stream.tokens) - stream._n_fed
+            if not pending and stream._last is None:  # only right after a rollback to 0 fed
+                raise RuntimeError("stream has no distribution to start from")
+            starts.append((pending, stream._last))
+            stream.tokens.extend(int(t) for t in tokens)
+        todo = [s for s in streams if len(s.tokens) > s._n_fed]
+        if len(todo) > 1 and self._batchable(todo):
+            fed = dict(zip(map(id, todo), self._forward_batch(todo)))
         else:
-            result = before.unsqueeze(0)
-        stream._last = result[-1]
-        return result
+            fed = {id(s): self._forward(s, s.tokens[s._n_fed :]) for s in todo}
+        results = []
+        for stream, (pending, before) in zip(streams, starts):
+            rows = fed.get(id(stream))
+            if rows is None:
+                result = before.unsqueeze(0)
+            elif pending:
+                result = rows[pending - 1 :]
+            else:
+                result = torch.cat([before.unsqueeze(0), rows])
+            stream._last = result[-1]
+            results.append(result)
+        return results
 
     def fork(self, stream: Stream) -> Stream:
         """An independent copy of `stream` (a stacked stream shares its row: no copy)."""
