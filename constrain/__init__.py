@@ -50,6 +50,7 @@ from constrain.processors import (
 from constrain.samplers import AWRS, LCD
 from constrain.samplers.asap import ASAp
 from constrain.samplers.smc import SMC, SMCResult
+from constrain.speculative import Speculative
 from constrain.vocab import Vocabulary
 
 __version__ = "0.1.0"
@@ -97,6 +98,7 @@ __all__ = [
     "RepetitionPenalty",
     "SMC",
     "SMCResult",
+    "Speculative",
     "Temperature",
     "TextStream",
     "TopH",

@@ -34,6 +34,7 @@ from constrain.samplers.asap import ASAp
 from constrain.samplers.sequence import Particle, StepStats, steps
 from constrain.samplers.smc import SMC, SMCResult, WeightedText
 from constrain.specs import constraint_for
+from constrain.speculative import Speculative, SpeculativeStats, decode_speculative
 
 __all__ = [
     "GenerationResult",
@@ -63,6 +64,8 @@ class GenerationStats:
     masks: int = 0  # full masks used (LCD: one per step; AWRS: only its fallbacks)
     forced: int = 0  # tokens whose bytes the grammar forced
     total_s: float = 0.0
+    decode_s: float = 0.0  # from the first step to the end (speculative decoding)
+    speculative: SpeculativeStats | None = None  # drafts, acceptance, tokens per forward
 
     @property
     def tpot_s(self) -> float:
@@ -134,6 +137,10 @@ class Generator:
             optional system message.
         timeout: seconds of decoding after which generation stops with finish reason
             "timeout" (checked between steps; token samplers only).
+        speculative: `cn.Speculative(...)`: draft tokens (grammar-forced, prompt lookup, a
+            draft model) verified in one target forward; the output distribution is exactly
+            the non-speculative one (greedy: the same tokens). Verified positions are sampled
+            from the full masked distribution, as LCD does, whatever the token sampler.
     """
 
     def __init__(
@@ -154,7 +161,10 @@ class Generator:
         chat: bool | None = None,
         system: str | None = None,
         timeout: float | None = None,
+        speculative: Speculative | None = None,
     ):
+        if isinstance(sampler, (SMC, ASAp)) and speculative is not None:
+            raise ValueError("speculative decoding works with token samplers, not SMC or ASAp")
         if isinstance(sampler, (SMC, ASAp)) and greedy:
             raise ValueError(
                 f"{sampler.__class__.__name__} samples; greedy=True needs a token sampler ('awrs')"
@@ -182,6 +192,7 @@ class Generator:
         self.chat = chat
         self.system = system
         self.timeout = timeout
+        self.speculative = speculative
 
     # -- calls -------------------------------------------------------------------------------------
 
@@ -202,6 +213,8 @@ class Generator:
             return [self._smc(p, seed + i, t_call) for i, p in enumerate(prompts)]
         if isinstance(self.sampler, ASAp):
             return [self._asap(p, seed + i, t_call) for i, p in enumerate(prompts)]
+        if self.speculative is not None:
+            return [self._speculate(p, seed + i, t_call) for i, p in enumerate(prompts)]
         started, options, prefill_s = self._start(prompts, seed)
         final = started
         for final in self._steps(started, options):  # noqa: B007 (the last step's particles)
@@ -335,6 +348,29 @@ class Generator:
             stats,
             particles=result.particles,
         )
+
+    def _speculate(self, prompt, seed: int, t_call: float) -> GenerationResult:
+        (particle,), options, prefill_s = self._start([prompt], seed)
+        t0 = time.perf_counter()
+        report = decode_speculative(
+            self.model,
+            particle,
+            options["stack"],
+            self.speculative,
+            self.sampler,
+            prompt_ids=list(options["stack"].prompt_ids),
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            generator=options["generator"],
+            greedy=self.greedy,
+            stats=options["stats"],
+            score_eos=options["score_eos"],
+            timeout=self.timeout,
+        )
+        result = self._result(particle, t_call, prefill_s)
+        result.stats.speculative = report
+        result.stats.decode_s = time.perf_counter() - t0
+        return result
 
     def _asap(self, prompt, seed: int, t_call: float) -> GenerationResult:
         ids = self._prompt_ids(prompt)

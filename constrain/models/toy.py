@@ -52,6 +52,9 @@ class ToyLM:
             to distributions, with `default` for the contexts it does not list.
         default: the distribution for contexts a mapping does not list.
         name: a display name.
+        conditional: `next_probs` also receives the prompt's ids (second argument); a
+            prompt text is encoded as one BOS per character plus one, so prompts of
+            different lengths condition differently (enough for CFG-style tests).
     """
 
     device = torch.device("cpu")
@@ -64,7 +67,9 @@ class ToyLM:
         *,
         default: Sequence[float] | None = None,
         name: str = "toy",
+        conditional: bool = False,
     ):
+        self.conditional = conditional
         if isinstance(next_probs, Mapping):
             table = {tuple(k): v for k, v in next_probs.items()}
             if default is None:
@@ -91,9 +96,14 @@ class ToyLM:
 
     # -- the exact distribution ------------------------------------------------------------------
 
-    def next_logprobs(self, context: Sequence[int]) -> torch.Tensor:
+    def next_logprobs(self, context: Sequence[int], prompt_ids: Sequence[int] = ()) -> torch.Tensor:
         """Log-probabilities over the whole vocabulary (BOS gets -inf) after `context`."""
-        probs = [float(p) for p in self._next(tuple(context))]
+        raw = (
+            self._next(tuple(context), tuple(prompt_ids))
+            if self.conditional
+            else self._next(tuple(context))
+        )
+        probs = [float(p) for p in raw]
         if len(probs) != self.n_text + 1:
             raise ValueError(
                 f"next_probs gave {len(probs)} probabilities after {tuple(context)}; "
@@ -114,7 +124,9 @@ class ToyLM:
     # -- the stream interface --------------------------------------------------------------------
 
     def encode_prompt(self, prompt, *, chat: bool | None = None, system: str | None = None):
-        """Every prompt is a single BOS: a toy model does not condition on text."""
+        """A single BOS (a conditional toy: one BOS per character of the prompt, plus one)."""
+        if self.conditional and isinstance(prompt, str):
+            return [self.bos_id] * (1 + len(prompt))
         return [self.bos_id]
 
     def start(self, prompt_ids: Sequence[int]) -> ToyStream:
@@ -127,12 +139,16 @@ class ToyLM:
 
     def logprobs(self, streams: Sequence[ToyStream]) -> torch.Tensor:
         self.n_forwards += 1
-        return torch.stack([self.next_logprobs(s.generated) for s in streams])
+        return torch.stack(
+            [self.next_logprobs(s.generated, s.tokens[: s.prompt_len]) for s in streams]
+        )
 
     def score(self, stream: ToyStream, tokens: Sequence[int]) -> torch.Tensor:
         self.n_forwards += 1
-        start = stream.generated
-        rows = [self.next_logprobs(start + list(tokens[:i])) for i in range(len(tokens) + 1)]
+        start, prompt = stream.generated, stream.tokens[: stream.prompt_len]
+        rows = [
+            self.next_logprobs(start + list(tokens[:i]), prompt) for i in range(len(tokens) + 1)
+        ]
         stream.tokens.extend(int(t) for t in tokens)
         return torch.stack(rows)
 

@@ -20,6 +20,7 @@ tokens), so a stack with truncation makes the sampler mask first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -134,10 +135,14 @@ class ProcessorStack:
     def before_constraint(
         self, logprobs: torch.Tensor, term_rows: list[torch.Tensor], step: Step
     ) -> torch.Tensor:
-        """The control stage: normalised log-probabilities."""
+        """The control stage: normalised log-probabilities. A token impossible under the
+        models combined (-inf minus -inf in a difference of log-probabilities) stays
+        impossible."""
+        if not self.control:
+            return logprobs
         for p, own in zip(self.control, self._term_slices):
             logprobs = p(logprobs, term_rows[own], step)
-        return torch.log_softmax(logprobs, dim=-1) if self.control else logprobs
+        return torch.log_softmax(torch.nan_to_num(logprobs, nan=-math.inf), dim=-1)
 
     def after(self, logprobs: torch.Tensor, step: Step, truncate: bool = True) -> torch.Tensor:
         """Temperature, then truncation unless `truncate` is False (truncation must only ever

@@ -66,28 +66,36 @@ class BoundStack:
     def rows(self, streams: Sequence, terms: Sequence[list]) -> list[tuple[torch.Tensor, list]]:
         """For each sequence (its main stream and term streams): the main row and the term
         rows, from one batched forward per model."""
-        groups: dict[int, tuple[object, list, list]] = {}
+        scored = self.score(streams, terms, [[] for _ in streams])
+        return [(main[-1], [rows[-1] for rows in term_rows]) for main, term_rows in scored]
 
-        def need(model, stream, slot):
-            groups.setdefault(id(model), (model, [], []))
-            groups[id(model)][1].append(stream)
-            groups[id(model)][2].append(slot)
+    def score(self, streams: Sequence, terms: Sequence[list], token_lists: Sequence[list]):
+        """For each sequence: (k+1, V) main rows and term rows after appending its tokens
+        (speculative verification), from one batched forward per model."""
+        groups: dict[int, tuple[object, list, list, list]] = {}
 
-        for i, (stream, own) in enumerate(zip(streams, terms)):
-            need(self.model, stream, (i, None))
+        def need(model, stream, tokens, slot):
+            groups.setdefault(id(model), (model, [], [], []))
+            model_streams, model_tokens, slots = groups[id(model)][1:]
+            model_streams.append(stream)
+            model_tokens.append(tokens)
+            slots.append(slot)
+
+        for i, (stream, own, tokens) in enumerate(zip(streams, terms, token_lists)):
+            need(self.model, stream, tokens, (i, None))
             for j, term_stream in enumerate(own):
                 if term_stream is not None:
-                    need(self.term_models[j], term_stream, (i, j))
+                    need(self.term_models[j], term_stream, tokens, (i, j))
         out = [[None, [None] * len(self.term_models)] for _ in streams]
-        for model, batch, slots in groups.values():
-            for (i, j), row in zip(slots, model.logprobs(batch)):
+        for model, batch, tokens, slots in groups.values():
+            for (i, j), rows in zip(slots, model.score_many(batch, tokens)):
                 if j is None:
-                    out[i][0] = row
+                    out[i][0] = rows
                 else:
-                    out[i][1][j] = row
-        for main, term_rows in out:  # terms that are the main stream read its row
-            for j, row in enumerate(term_rows):
-                if row is None:
+                    out[i][1][j] = rows
+        for main, term_rows in out:
+            for j, rows in enumerate(term_rows):
+                if rows is None:
                     term_rows[j] = main
         return [(main, term_rows) for main, term_rows in out]
 

@@ -28,6 +28,7 @@ __all__ = [
     "StepStats",
     "advance",
     "decode",
+    "draw_next",
     "finish_at_length",
     "forced_eos",
     "steps",
@@ -125,30 +126,17 @@ def advance(
     greedy: bool,
     stats: StepStats,
 ) -> None:
-    """One token for every particle: one batched forward per model, then a draw per particle.
-
-    A particle whose matcher allows only EOS takes it with weight log P(EOS) without running
-    the token sampler (a rejection sampler would wade through the vocabulary to find it).
-    With truncation warpers in the stack, the row is masked first, so they keep only allowed
-    tokens; the weight is then the allowed mass before truncation.
-    """
+    """One token for every particle: one batched forward per model, then a draw per particle
+    (`draw_next`)."""
     t_start = time.perf_counter()
     rows = stack.rows([p.stream for p in particles], [p.terms for p in particles])
     stats.forwards += 1
     stats.forward_s += time.perf_counter() - t_start
-    eos_ids = model.vocab.eos_ids
     for particle, (main, term_rows) in zip(particles, rows):
         row = stack.before_constraint(main, term_rows, particle.tokens)
         t0 = time.perf_counter()
         matcher = particle.matcher
-        if matcher.done():  # only EOS: its mass before any truncation is the weight
-            row = stack.after_constraint(row, particle.tokens, truncate=False)
-            draw = forced_eos(row, eos_ids, generator, greedy)
-        elif stack.truncates:
-            draw = _truncated_draw(row, particle, sampler, stack, generator, greedy)
-        else:
-            row = stack.after_constraint(row, particle.tokens)
-            draw = sampler.sample(row, matcher, generator, greedy=greedy)
+        draw = draw_next(row, matcher, particle.tokens, sampler, stack, generator, greedy)
         t1 = time.perf_counter()
         if particle.first_token_at is None:
             particle.first_token_at = t1
@@ -183,20 +171,41 @@ def advance(
         particle.step_s.append(elapsed)
 
 
+def draw_next(
+    row: torch.Tensor,
+    matcher: Matcher,
+    prefix: Sequence[int],
+    sampler: TokenSampler,
+    stack: BoundStack,
+    generator,
+    greedy: bool,
+) -> Draw:
+    """The next token after the control stage (`row`): the constraint, temperature and
+    truncation in their order, then the token sampler. Only EOS allowed: its mass (before
+    any truncation) is the weight. With truncation warpers, the row is masked first so they
+    keep only allowed tokens; the weight is then the allowed mass before truncation."""
+    if matcher.done():
+        row = stack.after_constraint(row, prefix, truncate=False)
+        return forced_eos(row, matcher.constraint.vocab.eos_ids, generator, greedy)
+    if stack.truncates:
+        return _truncated_draw(row, matcher, prefix, sampler, stack, generator, greedy)
+    return sampler.sample(stack.after_constraint(row, prefix), matcher, generator, greedy=greedy)
+
+
 _MASKER = LCD()
 
 
-def _truncated_draw(row, particle, sampler, stack: BoundStack, generator, greedy) -> Draw:
+def _truncated_draw(row, matcher, prefix, sampler, stack: BoundStack, generator, greedy) -> Draw:
     """Mask, then temperature and truncation over the allowed tokens, then draw."""
     t0 = time.perf_counter()
-    mask = _MASKER.device_mask(particle.matcher, row.device)
+    mask = _MASKER.device_mask(matcher, row.device)
     spent = time.perf_counter() - t0
     masked = row.masked_fill(~mask[: row.shape[-1]], -math.inf)
     log_z = float(torch.logsumexp(masked.double(), dim=-1))
     if log_z == -math.inf:
         return Draw(0, -math.inf, masks=1, reason=_NOTHING_ALLOWED, constraint_s=spent)
-    kept = stack.after_constraint(masked - log_z, particle.tokens)
-    draw = sampler.sample(kept, particle.matcher, generator, greedy=greedy)
+    kept = stack.after_constraint(masked - log_z, prefix)
+    draw = sampler.sample(kept, matcher, generator, greedy=greedy)
     weight = draw.log_weight + (0.0 if greedy else log_z)
     return Draw(
         draw.token, weight, draw.checks, draw.masks + 1, draw.reason, draw.constraint_s + spent
