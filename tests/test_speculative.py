@@ -94,6 +94,9 @@ CASES = {
     ),
     "forced + lookup tree": lambda d: cn.Speculative(k=4, lookup=2, branches=2),
     "everything": lambda d: cn.Speculative(draft=d, k=4, lookup=2, branches=2),
+    "unmasked draft + lookup tree": lambda d: cn.Speculative(
+        draft=d, k=4, lookup=2, branches=3, mask_drafts=False
+    ),
 }
 
 
@@ -162,3 +165,15 @@ def test_speculative_argument_errors(target):
         cn.generate(target, "x", regex="a", sampler=cn.SMC(), speculative=cn.Speculative())
     with pytest.raises(ValueError):
         cn.Speculative(k=0)
+
+
+def test_choose_layers_measures_agreement_and_cost(tiny_model):
+    from constrain.speculative import choose_layers, expected_speedup
+
+    layers, report = choose_layers(
+        tiny_model, ["hello there", "a b c"], candidates=[[0], [0, 1]], tokens=6
+    )
+    full = next(r for r in report if r["layers"] == [0, 1])
+    assert full["agreement"] == 1.0  # the whole model agrees with itself
+    assert layers == report[0]["layers"] and report[0]["speedup"] >= report[1]["speedup"]
+    assert expected_speedup(1.0, 0.0, 4) == 5 and expected_speedup(0.0, 0.5, 4) < 1

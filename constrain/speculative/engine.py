@@ -51,6 +51,11 @@ class Speculative:
         mask_drafts: the draft model draws among allowed tokens only (default; it never
             lowers acceptance). Unmasked, a forbidden draft token ends the draft and the
             replacement there comes from ``norm((p~ - q~)+)``.
+        draft_confidence: the draft model stops drafting after a token it gave less than
+            this probability (its next guesses would rarely survive).
+        min_draft_acceptance: after 16 of its tokens were verified, a draft model kept less
+            often than this is not asked again in this generation (its forwards cost more
+            than they save).
     """
 
     draft: object = None
@@ -60,6 +65,8 @@ class Speculative:
     branches: int = 1
     adaptive: bool = True
     mask_drafts: bool = True
+    draft_confidence: float = 0.4
+    min_draft_acceptance: float = 0.3
 
     def __post_init__(self):
         if self.k < 1 or self.branches < 1 or self.lookup < 0:
@@ -154,7 +161,7 @@ class _Engine:
                         if self._take(branch, other, k, "lookup"):
                             drafts.append(branch)
                     continue
-            if self.drafter is None:
+            if not self._drafter_pays():
                 break
             self.drafter.sync(particle.tokens + main.tokens)
             masked = self.settings.mask_drafts
@@ -166,9 +173,16 @@ class _Engine:
                 main.refused = (token, proposal)
                 break
             main.add(token, proposal, "model")
-            if token in self.eos:
+            if token in self.eos or math.exp(float(proposal[token])) < self.settings.draft_confidence:
                 break
         return drafts
+
+    def _drafter_pays(self) -> bool:
+        if self.drafter is None:
+            return False
+        drafted = self.stats.drafted.get("model", 0)
+        kept = self.stats.kept.get("model", 0)
+        return drafted < 16 or kept >= self.settings.min_draft_acceptance * drafted
 
     def _take_forced(self, draft: Draft, k: int) -> bool:
         """Draft the forced text token by token: where the model tokenized the same forced
@@ -223,11 +237,9 @@ class _Engine:
             prefix = particle.tokens + emitted
             row = self.stack.before_constraint(main[i], [r[i] for r in term_rows], prefix)
             candidates = [c for c in alive if i < len(drafts[c])]
-            if not greedy and len(candidates) == 1 and draft.proposals[i] is not None:
-                x, q = draft.tokens[i], draft.proposals[i]
-                y, log_w = self._leviathan(row, matcher, prefix, x, q, generator)
-            elif not greedy and not candidates and draft.refused is not None:
-                y, log_w = self._leviathan(row, matcher, prefix, *draft.refused, generator)
+            guess = None if greedy else self._sampled_guess(drafts[0], i, alive)
+            if guess is not None:
+                y, log_w = self._leviathan(row, matcher, prefix, *guess, generator)
             else:  # draw from p~ itself; a deterministic draft is kept when the draw equals it
                 d = draw_next(row, matcher, prefix, self.sampler, self.stack, generator, greedy)
                 y, log_w = d.token, d.log_weight
@@ -256,6 +268,22 @@ class _Engine:
         if self.settings.adaptive:
             grown = min(self.k + 2, 4 * self.settings.k)
             self.k = grown if kept == len(drafts[alive[0]]) else max(1, self.k - 1)
+
+    @staticmethod
+    def _sampled_guess(chain: Draft, i: int, alive: list[int]):
+        """The draft model's token at position i of the chain and its proposal q~, when the
+        chain still agrees with what was emitted (a refused token counts: it is rejected).
+
+        Which rule decides position i must not depend on the token drawn there: lookup
+        branches may start after that token (their tokens depend on it), so the chain's
+        sampled token is always verified by the Leviathan rule, whatever the branches hold;
+        a rejection's replacement may still continue a branch."""
+        if alive[0] != 0:
+            return None
+        if i < len(chain):
+            q = chain.proposals[i]
+            return None if q is None else (chain.tokens[i], q)
+        return chain.refused if i == len(chain) else None
 
     def _leviathan(self, row, matcher, prefix, x: int, q: torch.Tensor, generator):
         """A draft model's token x ~ q~ is kept with probability min(1, p~(x) / q~(x)) (0 for
