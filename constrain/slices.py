@@ -76,21 +76,22 @@ class VocabularySlices:
 
 def admits(table: np.ndarray, state: int, language: ByteDFA) -> bool:
     """Whether every string of `language` (and each prefix) read from `state` in the DFA with
-    transition `table` (0 = dead) stays in a non-dead state: a search of the product."""
+    transition `table` (0 = dead) stays in a non-dead state: a breadth-first search of the
+    product, one level of pairs at a time."""
     lang_table = language.transitions
-    seen = {(language.start, state)}
-    stack = [(language.start, state)]
-    while stack:
-        r, q = stack.pop()
-        row = lang_table[r]
-        bytes_ = np.flatnonzero(row)
-        targets = table[q, bytes_]
-        if not targets.all():
+    width = np.int64(len(table))
+    frontier = np.array([language.start * width + state], dtype=np.int64)
+    seen = set(frontier.tolist())
+    while frontier.size:
+        r, q = np.divmod(frontier, width)
+        lang_next, next_state = lang_table[r], table[q]
+        read = lang_next != 0
+        if (read & (next_state == 0)).any():
             return False
-        for pair in set(zip(row[bytes_].tolist(), targets.tolist())):
-            if pair not in seen:
-                seen.add(pair)
-                stack.append(pair)
+        pairs = np.unique(lang_next[read].astype(np.int64) * width + next_state[read])
+        fresh = [p for p in pairs.tolist() if p not in seen]
+        seen.update(fresh)
+        frontier = np.array(fresh, dtype=np.int64)
     return True
 
 

@@ -5,6 +5,14 @@ Both run the real token path: an instance, serialised with ``json.dumps(..., ens
 and fed token by token to a `Matcher`; it is *accepted* iff every token checks and the matcher
 accepts at the end.
 
+Instances are written *canonically* by default: as the grammar writes values, i.e. object
+members in the grammar's order (schema order; found by a depth-first search over the
+automaton that tries the instance's own order first) and numbers without an exponent. A JSON
+value has many texts and the grammar admits one of them per layout by design (see
+docs/json-schema.md); accepting the value means accepting that text. An instance counts as
+accepted when *some* member order is accepted, which is also the strict reading for invalid
+instances. ``--instances as-given`` tests the plain ``json.dumps`` text instead.
+
 * ``test-suite``: for each group of ``tests/<draft>/*.json`` compile the schema; the group
   passes iff every instance is accepted exactly when it is valid. A schema whose language is
   empty (a compile-time `GrammarError`) rejects every instance. Reported per file, with totals
@@ -19,19 +27,23 @@ A per-group / per-schema timeout (default 10 s, SIGALRM) turns hangs into report
 
 Run: ``python -m constrain.bench.conformance test-suite [--markdown PATH]`` or
 ``python -m constrain.bench.conformance maskbench [--subset S] [--limit N] [--jobs 2]``;
-``--option any_order=true`` (repeatable) passes compiler options.
+``--option any_order=true`` (repeatable) passes compiler options; ``--ids FILE`` runs the
+schemas listed as ``Subset/id`` lines.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import json
+import math
 import multiprocessing
 import signal
 import sys
 import time
 import warnings
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -54,10 +66,200 @@ def _alarm(*_):
 
 
 def serialise(value, options: dict) -> str:
+    """`value` as ``json.dumps`` writes it in the layout of the whitespace option (keys as given)."""
     compact = options.get("whitespace", "compact") == "compact"
     separators = (",", ":") if compact else None
     indent = options.get("indent", 2) if options.get("whitespace") == "pretty" else None
     return json.dumps(value, separators=separators, indent=indent, ensure_ascii=False)
+
+
+_ORDER_BUDGET = 5_000  # automaton steps one member-order search may take (valid MaskBench
+# instances need at most ~3,500; an invalid one may search every order until it runs out)
+
+
+class _Layout:
+    """The punctuation ``json.dumps`` writes for a whitespace option, by nesting level."""
+
+    def __init__(self, options: dict):
+        self.compact = options.get("whitespace", "compact") == "compact"
+        pretty = options.get("whitespace") == "pretty"
+        self.indent = options.get("indent", 2) if pretty else None
+
+    def _newline(self, level: int) -> str:
+        return "\n" + " " * (self.indent * level)
+
+    def open(self, bracket: str, level: int) -> str:
+        return bracket + (self._newline(level + 1) if self.indent is not None else "")
+
+    def close(self, bracket: str, level: int) -> str:
+        return (self._newline(level) if self.indent is not None else "") + bracket
+
+    def comma(self, level: int) -> str:
+        if self.indent is not None:
+            return "," + self._newline(level + 1)
+        return "," if self.compact else ", "
+
+    @property
+    def colon(self) -> str:
+        return ":" if self.compact else ": "
+
+
+def serialise_in_grammar_order(value, options: dict, automaton) -> str | None:
+    """`value` serialised like `serialise`, with the members of each object in an order the
+    grammar accepts, or None when no order is accepted (within a search budget).
+
+    The grammar writes object members in one order (schema order; see docs/json-schema.md),
+    as it writes one whitespace layout: a valid value is *accepted* when its serialisation in
+    that order is. The search is depth first over the automaton's live states, trying the
+    instance's own order first, so it costs one pass when the instance is already in order.
+    """
+    layout = _Layout(options)
+    budget = [_ORDER_BUDGET]
+
+    def step(state, text: str):
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _BudgetExceeded
+        return automaton.step(state, text.encode())
+
+    dead: set = set()  # (object, state, keys left) from which no order completes
+
+    known: dict[tuple, str] = {}  # (id(container), level) -> a text the grammar accepted once
+
+    def write(state, v, level: int):
+        """Yield (state, text) for each way to write `v` from `state`, lazily, best first:
+        a container is first tried as the text found for it before (in another context)."""
+        if isinstance(v, (dict, list)) and v:
+            text = known.get((id(v), level))
+            if text is not None:
+                after = step(state, text)
+                if after is not None:
+                    yield after, text
+            for after, text in search(state, v, level):
+                known.setdefault((id(v), level), text)
+                yield after, text
+        else:
+            text = _scalar_text(v)
+            after = step(state, text)
+            if after is not None:
+                yield after, text
+
+    def search(state, v, level: int):
+        if isinstance(v, dict):
+            opening = layout.open("{", level)
+            after = step(state, opening)
+            if after is not None:
+                for end, text in members(v, after, list(v), level):
+                    yield end, opening + text
+        else:
+            opening = layout.open("[", level)
+            after = step(state, opening)
+            if after is not None:
+                for end, text in items(after, v, 0, level):
+                    yield end, opening + text
+
+    def items(state, values: list, i: int, level: int):
+        if i == len(values):
+            closing = layout.close("]", level)
+            after = step(state, closing)
+            if after is not None:
+                yield after, closing
+            return
+        lead = layout.comma(level) if i else ""
+        after = step(state, lead) if lead else state
+        if after is None:
+            return
+        for mid, text in write(after, values[i], level + 1):
+            for end, tail in items(mid, values, i + 1, level):
+                yield end, lead + text + tail
+
+    def head(key: str, first: bool, level: int) -> str:
+        lead = "" if first else layout.comma(level)
+        return lead + json.dumps(key, ensure_ascii=False) + layout.colon
+
+    def members(obj: dict, state, keys: list, level: int):
+        """Members `keys` of `obj` from `state`, depth first. The first candidate tried is
+        one after which every other allowed key is still allowed (in schema order: the
+        earliest in the schema), found in one pass; then the others in the instance's order."""
+        if not keys:
+            closing = layout.close("}", level)
+            after = step(state, closing)
+            if after is not None:
+                yield after, closing
+            return
+        marker = (id(obj), state, tuple(keys))
+        if marker in dead:
+            return
+        first = len(keys) == len(obj)
+        written: dict = {}  # key -> the ways to write its member (the first one drawn), or None
+
+        def member(key: str):
+            if key not in written:
+                text = head(key, first, level)
+                after = step(state, text)
+                ways = iter(()) if after is None else write(after, obj[key], level + 1)
+                found = next(ways, None)
+                if found is None:
+                    written[key] = None
+                else:
+                    rest = ((end, text + value) for end, value in ways)
+                    all_ways = itertools.chain([(found[0], text + found[1])], rest)
+                    written[key] = (found[0], all_ways)
+            return written[key]
+
+        best = None
+        for key in keys:
+            if best is not None and step(written[best][0], head(key, False, level)) is not None:
+                continue  # `key` may follow `best`
+            if member(key) is not None:
+                best = key  # the first allowed key, or one that cannot follow `best`
+        order = ([best] if best is not None else []) + [k for k in keys if k != best]
+        found = False
+        for key in order:
+            if member(key) is None:
+                continue
+            rest = [k for k in keys if k != key]
+            for mid, text in written[key][1]:
+                for end, tail in members(obj, mid, rest, level):
+                    found = True
+                    yield end, text + tail
+        if not found:
+            dead.add(marker)
+
+    try:
+        for state, text in write(automaton.start, value, 0):
+            if automaton.accepting(state):
+                return text
+    except (_BudgetExceeded, RecursionError):
+        return None
+    return None
+
+
+def _scalar_text(v) -> str:
+    """A scalar as ``json.dumps`` writes it, but floats in plain decimal notation (the
+    grammar writes numbers without an exponent: 1e-05 as 0.00001)."""
+    text = json.dumps(v, ensure_ascii=False)
+    if isinstance(v, float) and math.isfinite(v) and "e" in text:
+        text = format(Decimal(repr(v)), "f")
+    return text
+
+
+class _BudgetExceeded(Exception):
+    pass
+
+
+WRITINGS = ("canonical", "as-given")
+
+
+def instance_text(constraint, value, options: dict, writing: str = "canonical") -> str:
+    """The text an instance is tested as: ``json.dumps`` in the layout of the whitespace
+    option, either "canonical" (written as the grammar writes values: object members in the
+    grammar's order when some order is accepted, numbers without exponent) or "as-given"."""
+    if writing == "canonical" and constraint is not None:
+        text = serialise_in_grammar_order(value, options, constraint.automaton)
+        if text is not None:
+            return text
+    return serialise(value, options)
 
 
 def compile_constraint(schema, vocab: cn.Vocabulary, options: dict) -> cn.Constraint | None:
@@ -105,7 +307,12 @@ def _error_keyword(exc: Exception) -> str:
 
 
 def run_test_suite(
-    root: Path, vocab: cn.Vocabulary, options: dict, timeout: float = 10.0, only=()
+    root: Path,
+    vocab: cn.Vocabulary,
+    options: dict,
+    timeout: float = 10.0,
+    only=(),
+    writing: str = "canonical",
 ) -> list[dict]:
     """One record per group: file, description, passed, reason, invalid_accepted."""
     signal.signal(signal.SIGALRM, _alarm)
@@ -123,7 +330,8 @@ def run_test_suite(
                 constraint = compile_constraint(group["schema"], vocab, options)
                 failures = []
                 for test in group["tests"]:
-                    accepted = run_instance(constraint, serialise(test["data"], options))
+                    text = instance_text(constraint, test["data"], options, writing)
+                    accepted = run_instance(constraint, text)
                     if accepted != test["valid"]:
                         kind = "INVALID ACCEPTED" if accepted else "valid rejected"
                         failures.append(f"{kind}: {test['description']}")
@@ -169,10 +377,11 @@ def test_suite_table(records: list[dict]) -> str:
 _WORKER: dict = {}
 
 
-def _init_worker(vocab_name: str, options: dict, timeout: float) -> None:
+def _init_worker(vocab_name: str, options: dict, timeout: float, writing: str) -> None:
     _WORKER["vocab"] = load_vocab(vocab_name) if vocab_name else None
     _WORKER["options"] = options
     _WORKER["timeout"] = timeout
+    _WORKER["writing"] = writing
     signal.signal(signal.SIGALRM, _alarm)
 
 
@@ -189,7 +398,9 @@ def run_schema(job: tuple) -> dict:
         constraint = compile_constraint(schema, vocab, options)
         record["compile_ms"] = (time.perf_counter() - t0) * 1e3
         timings = {"mask": [], "check": []}
-        texts = [serialise(value, options) for value in valid]
+        writing = _WORKER["writing"]
+        texts = [instance_text(constraint, value, options, writing) for value in valid]
+        record["reordered"] = sum(t != serialise(v, options) for t, v in zip(texts, valid))
         if constraint is not None:  # checks first, on a twin whose masks stay uncomputed
             twin = cn.Constraint(constraint.grammar, constraint.vocab)
             for text in texts:
@@ -197,7 +408,8 @@ def run_schema(job: tuple) -> dict:
         for text in texts:
             record["valid_rejected"] += not run_instance(constraint, text, timings, "mask")
         for value in invalid:
-            record["invalid_accepted"] += run_instance(constraint, serialise(value, options))
+            text = instance_text(constraint, value, options, writing)
+            record["invalid_accepted"] += run_instance(constraint, text)
         record["mask"], record["check"] = timings["mask"], timings["check"]
         passed = record["valid_rejected"] == 0 and record["invalid_accepted"] == 0
         record["status"] = "pass" if passed else "fail"
@@ -224,8 +436,15 @@ def maskbench_jobs(data: Path, subsets: list[str], limit: int | None) -> list[tu
     return jobs
 
 
-def run_maskbench(jobs: list[tuple], vocab_name: str, options: dict, n_jobs: int, timeout: float):
-    args = (vocab_name, options, timeout)
+def run_maskbench(
+    jobs: list[tuple],
+    vocab_name: str,
+    options: dict,
+    n_jobs: int,
+    timeout: float,
+    writing: str = "canonical",
+):
+    args = (vocab_name, options, timeout, writing)
     if n_jobs <= 1:
         _init_worker(*args)
         return [run_schema(job) for job in jobs]
@@ -299,6 +518,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", nargs="*", default=(), help="test-suite files to run")
     parser.add_argument("--subset", nargs="*", help="maskbench subsets (default: all)")
     parser.add_argument("--limit", type=int, help="maskbench schemas per subset")
+    parser.add_argument(
+        "--ids", type=Path, help="maskbench: a file of Subset/id lines, the schemas to run"
+    )
+    parser.add_argument(
+        "--instances",
+        dest="writing",
+        choices=WRITINGS,
+        default="canonical",
+        help="write instances as the grammar writes values (member order, numbers without "
+        "exponent; the default) or exactly as json.dumps does",
+    )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=10.0)
     parser.add_argument("--option", action="append", default=[], help="compiler option k=v")
@@ -308,10 +538,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     options = {"whitespace": "default", **_options(args.option)}
-    settings = f"options {json.dumps(options)}, tokenizer {args.model}, timeout {args.timeout} s"
+    settings = (
+        f"options {json.dumps(options)}, tokenizer {args.model}, timeout {args.timeout} s, "
+        f"instances written {args.writing}"
+    )
     if args.harness == "test-suite":
         root = args.data / "json-schema-test-suite" / "tests" / args.draft
-        records = run_test_suite(root, load_vocab(args.model), options, args.timeout, args.only)
+        vocab = load_vocab(args.model)
+        records = run_test_suite(root, vocab, options, args.timeout, args.only, args.writing)
         table = test_suite_table(records)
         text = f"JSON Schema Test Suite, {args.draft} ({settings})\n\n{table}\n"
         if args.verbose:
@@ -321,8 +555,11 @@ def main(argv: list[str] | None = None) -> None:
     else:
         subsets = args.subset or sorted(p.name for p in (args.data / "jsonschemabench").iterdir())
         jobs = maskbench_jobs(args.data, subsets, args.limit)
+        if args.ids:
+            wanted = set(args.ids.read_text().split())
+            jobs = [job for job in jobs if f"{job[0]}/{job[1]}" in wanted]
         t0 = time.perf_counter()
-        records = run_maskbench(jobs, args.model, options, args.jobs, args.timeout)
+        records = run_maskbench(jobs, args.model, options, args.jobs, args.timeout, args.writing)
         table, by_keyword = maskbench_table(records)
         elapsed = time.perf_counter() - t0
         text = (

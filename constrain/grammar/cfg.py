@@ -186,10 +186,17 @@ class CFGAutomaton:
         node, s = state
         lexer = self._lexer(node)
         s = lexer.start if s == _FRESH else s
-        key = (lexer.uid, s, language)
+        single = lexer.single[s]
+        if single is not None:  # one lexeme left: its own DFA answers, shared by every lexer
+            key = ("lexeme", *single, language)
+            table = self.lexeme_table[single[0]].dfa.transitions
+            s = single[1]
+        else:
+            key = (lexer.uid, s, language)
+            table = lexer.transitions
         found = self._admits.get(key)
         if found is None:
-            found = self._admits[key] = admits(lexer.transitions, s, language)
+            found = self._admits[key] = admits(table, s, language)
         return found
 
     def token_ids(self, state: tuple, trie: TokenTrie) -> np.ndarray:

@@ -16,6 +16,7 @@ import numpy as np
 
 from constrain.errors import GrammarError
 from constrain.grammar.ir import Lexeme
+from constrain.regex.dfa import joint_byte_classes
 
 __all__ = ["LexerDFA"]
 
@@ -37,7 +38,17 @@ class LexerDFA:
         self.lexemes = lexeme_ids
         ids = sorted(lexeme_ids)
         dfas = [table[i].dfa for i in ids]
-        combos = self._explore(dfas, [table[i].name for i in ids])  # (n_states, k), row 0 dead
+        names = [table[i].name for i in ids]
+        for attempt in range(_HASH_ATTEMPTS):  # (n_states, k), row 0 dead
+            try:
+                combos = self._explore(dfas, names)
+                break
+            except _HashCollision:
+                if attempt == _HASH_ATTEMPTS - 1:
+                    raise GrammarError(
+                        f"the lexer for terminals {', '.join(names)}: "
+                        "hash collisions in every attempt"
+                    ) from None
         k = len(dfas)
         # tags: the lexemes accepting in each state, filtered to the highest priority among them
         accepting = np.zeros(combos.shape, dtype=bool)
@@ -63,51 +74,60 @@ class LexerDFA:
         self._rows: list[list[int] | None] = [None] * len(self.transitions)
 
     def _explore(self, dfas: list, names: list[str]) -> np.ndarray:
-        """Build `transitions` breadth first, one vectorised step per level; return the states."""
+        """Build `transitions` breadth first, one vectorised step per level; return the states.
+
+        The step reads one representative byte per class of bytes that every component
+        treats alike, and identifies product states by one integer each (exact mixed-radix
+        numbers when they fit in 63 bits, else 64-bit hashes checked for collisions)."""
         k = len(dfas)
         if k == 0:  # nothing can follow: a start state with no way out
             self.transitions = np.zeros((2, 256), dtype=np.int32)
             return np.zeros((2, 0), dtype=np.int32)
+        classes, representatives = joint_byte_classes(dfas)
         sizes = [d.n_states for d in dfas]
-        radix = (
-            np.cumprod([1, *sizes[:-1]]).astype(np.int64)
-            if float(np.prod(sizes, dtype=float)) < 2**62
-            else None
-        )
+        if float(np.prod(sizes, dtype=float)) < 2**62:
+            weights, exact = np.cumprod([1, *sizes[:-1]]).astype(np.int64), True
+        else:
+            weights, exact = _HASH_WEIGHTS.integers(1, 2**63, size=k, dtype=np.int64) | 1, False
         start = np.array([[d.start for d in dfas]], dtype=np.int32)
-        index: dict = {_keys(start, radix)[0]: 1}
+        index: dict[int, int] = {int(_numbers(start, weights)[0]): 1}
         combos = [np.zeros((1, k), dtype=np.int32), start]
-        rows = [np.zeros((1, 256), dtype=np.int32)]
+        rows = [np.zeros((1, len(representatives)), dtype=np.int32)]
         frontier, n_states = start, 2
         while len(frontier):
             nexts = np.stack(
-                [d.transitions[frontier[:, j]] for j, d in enumerate(dfas)], axis=2
-            )  # (F, 256, k)
+                [d.transitions[frontier[:, j]][:, representatives] for j, d in enumerate(dfas)],
+                axis=2,
+            )  # (F, classes, k)
             flat = nexts.reshape(-1, k)
-            _, first, inverse = np.unique(
-                _sortable(flat, radix), return_index=True, return_inverse=True, axis=0
+            numbers, first, inverse = np.unique(
+                _numbers(flat, weights), return_index=True, return_inverse=True
             )
-            distinct = _keys(flat[first], radix)
-            targets = np.zeros(len(distinct), dtype=np.int32)
+            inverse = inverse.ravel()
+            if not exact and not np.array_equal(flat[first][inverse], flat):
+                raise _HashCollision
+            targets = np.zeros(len(numbers), dtype=np.int32)
             fresh = []
-            for j, key in enumerate(distinct):
+            for j, number in enumerate(numbers.tolist()):
                 combo = flat[first[j]]
                 if not combo.any():
                     continue
-                state = index.get(key)
+                state = index.get(number)
                 if state is None:
                     if n_states >= MAX_LEXER_STATES:
                         raise GrammarError(
                             f"the lexer for terminals {', '.join(names)} exceeds {MAX_LEXER_STATES} states"
                         )
-                    state = index[key] = n_states
+                    state = index[number] = n_states
                     n_states += 1
                     fresh.append(combo)
+                elif not exact and not np.array_equal(_combo_of(combos, state), combo):
+                    raise _HashCollision
                 targets[j] = state
-            rows.append(targets[inverse.ravel()].reshape(-1, 256))
+            rows.append(targets[inverse].reshape(-1, len(representatives)))
             frontier = np.array(fresh, dtype=np.int32).reshape(-1, k)
             combos.append(frontier)
-        self.transitions = np.concatenate(rows).astype(np.int32)
+        self.transitions = np.ascontiguousarray(np.concatenate(rows)[:, classes], dtype=np.int32)
         return np.concatenate(combos)
 
     def state_of(self, combo: tuple[int, ...]) -> int:
@@ -130,15 +150,22 @@ class LexerDFA:
         return f"LexerDFA(lexemes={sorted(self.lexemes)}, states={len(self.transitions)})"
 
 
-def _sortable(combos: np.ndarray, radix: np.ndarray | None) -> np.ndarray:
-    """One sortable key per product state: the components in mixed radix, or the rows themselves."""
-    return combos.astype(np.int64) @ radix if radix is not None else combos
+_HASH_WEIGHTS = np.random.default_rng(20240601)  # each draw: new weights for a new attempt
+_HASH_ATTEMPTS = 3
 
 
-def _keys(combos: np.ndarray, radix: np.ndarray | None) -> list:
-    """Hashable keys of product states (ints in mixed radix, or tuples)."""
-    return (
-        _sortable(combos, radix).tolist()
-        if radix is not None
-        else list(map(tuple, combos.tolist()))
-    )
+class _HashCollision(Exception):
+    """Two product states got the same 64-bit number (never seen; handled exactly anyway)."""
+
+
+def _numbers(combos: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """One integer per product state: a mixed-radix number, or a hash (wrapping arithmetic)."""
+    return combos.astype(np.int64) @ weights
+
+
+def _combo_of(levels: list[np.ndarray], state: int) -> np.ndarray:
+    for level in levels:
+        if state < len(level):
+            return level[state]
+        state -= len(level)
+    raise IndexError(state)

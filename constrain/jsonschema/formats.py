@@ -7,7 +7,11 @@ each narrowing is listed in `FORMAT_NOTES`), so a generated value always passes 
 
 from __future__ import annotations
 
-__all__ = ["FORMATS", "FORMAT_NOTES"]
+from functools import lru_cache
+
+from constrain.regex import ByteDFA, combine, compile_regex
+
+__all__ = ["FORMATS", "FORMAT_NOTES", "format_dfa"]
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
 _IPV4 = rf"(?:{_OCTET}\.){{3}}{_OCTET}"
@@ -37,7 +41,7 @@ _DATE = (
 _TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 # RFC 1123 label, without "--" in positions 3-4 (reserved for IDNA A-labels like "xn--")
 _LABEL = (
-    r"[A-Za-z0-9](?:[A-Za-z0-9]|[A-Za-z0-9-][A-Za-z0-9]"
+    r"[A-Za-z0-9](?:[A-Za-z0-9]|[A-Za-z0-9-][A-Za-z0-9]|[A-Za-z0-9-][A-Za-z0-9-][A-Za-z0-9]"
     r"|[A-Za-z0-9-](?:[A-Za-z0-9][A-Za-z0-9-]|-[A-Za-z0-9])[A-Za-z0-9-]{0,57}[A-Za-z0-9])?"
 )
 _HOSTNAME = rf"{_LABEL}(?:\.{_LABEL}){{0,3}}"
@@ -61,6 +65,12 @@ _RELATIVE = (
 )
 _URI = rf"[A-Za-z][A-Za-z0-9+.\-]*:{_HIER}(?:\?{_QUERY})?(?:#{_QUERY})?"
 _POINTER = r"(?:/(?:[^~/]|~[01])*)*"
+# RFC 6570 literals (ASCII) and expressions with simple variable names
+_TEMPLATE_VAR = r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*(?::[1-9][0-9]{0,3}|\*)?"
+_URI_TEMPLATE = (
+    rf"(?:[!#$&()*+,\-./0-9:;=?@A-Z\[\]_a-z~]|{_PCT}"
+    rf"|\{{[+#./;?&]?{_TEMPLATE_VAR}(?:,{_TEMPLATE_VAR})*\}})*"
+)
 
 # a regular subset of the regexes valid in both ECMA-262 (unicode mode) and Python: literals,
 # escapes of syntax characters and classes, bracket classes without ranges, groups nested
@@ -99,6 +109,12 @@ FORMATS: dict[str, str] = {
     "json-pointer": _POINTER,
     "relative-json-pointer": rf"(?:0|[1-9][0-9]*)(?:#|{_POINTER})",
     "regex": _regex_syntax(3),
+    # the internationalised formats, narrowed to their ASCII forms (which they include)
+    "iri": _URI,
+    "iri-reference": rf"(?:{_URI}|{_RELATIVE}(?:\?{_QUERY})?(?:#{_QUERY})?)",
+    "idn-email": rf"{_ATEXT}+(?:\.{_ATEXT}+)*@(?:{_HOSTNAME}|\[{_IPV4}\])",
+    "idn-hostname": _HOSTNAME,
+    "uri-template": _URI_TEMPLATE,
 }
 
 FORMAT_NOTES: dict[str, str] = {
@@ -106,7 +122,8 @@ FORMAT_NOTES: dict[str, str] = {
     "time": "RFC 3339 full-time with offset; leap second 60 not admitted",
     "date-time": "RFC 3339, `T` or `t`; leap second 60 not admitted",
     "duration": "RFC 3339 appendix A (ISO 8601 durations, weeks alone)",
-    "email": "dot-atom local part @ hostname or [IPv4]; no quoted local parts",
+    "email": "dot-atom local part of at most 64 characters @ hostname or [IPv4]; no quoted "
+    "local parts",
     "hostname": "RFC 1123 labels without `--` in positions 3-4; at most 4 labels of at most "
     "62 characters (so under 253 in total)",
     "ipv4": "dotted quad without leading zeros",
@@ -118,4 +135,27 @@ FORMAT_NOTES: dict[str, str] = {
     "relative-json-pointer": "draft-handrews-relative-json-pointer",
     "regex": "a regular subset valid in ECMA-262 and Python: groups nested 3 deep, classes "
     "without ranges, quantifiers without a maximum",
+    "iri": "as `uri` (ASCII IRIs only)",
+    "iri-reference": "as `uri-reference` (ASCII only)",
+    "idn-email": "as `email` (ASCII only)",
+    "idn-hostname": "as `hostname` (ASCII labels only, no A-labels)",
+    "uri-template": "RFC 6570 with ASCII literals; variable names of letters, digits, `_` and "
+    "dots; prefix and explode modifiers",
 }
+
+# lengths the RFCs bound, intersected with the format's regex: RFC 5321 limits the local part
+# of an address to 64 octets (so a long maxLength does not have to be counted in the DFA)
+_LENGTH_BOUNDS = {
+    "email": r"[^@]{1,64}@[^@]*",
+    "idn-email": r"[^@]{1,64}@[^@]*",
+}
+
+
+@lru_cache(maxsize=64)
+def format_dfa(name: str) -> ByteDFA:
+    """The DFA of format `name` over the text between a JSON string's quotes."""
+    dfa = compile_regex(FORMATS[name], encoding="json")
+    bound = _LENGTH_BOUNDS.get(name)
+    if bound is not None:
+        dfa = combine(dfa, compile_regex(bound, encoding="json"), "and", f"{name} (bounded)")
+    return dfa

@@ -60,8 +60,8 @@ KEYWORDS: dict[str, tuple[str, str]] = {
                               "bounds counted in the grammar in 32-character chunks"),
     "pattern": ("exact", "ECMA-262 search semantics, intersected with length and format; no "
                 "lookarounds or backreferences"),
-    "format": ("partial", "the formats below are enforced; other formats of the specification "
-               "(idn-*, iri*, uri-template) raise; unknown names are annotations"),
+    "format": ("partial", "every format of the specification is enforced, exact or narrower "
+               "(see below); unknown names are annotations"),
     "minimum / maximum / exclusiveMinimum / exclusiveMaximum": ("exact", "decimal bounds, both "
                                                                 "draft styles"),
     "multipleOf": ("exact", "integers and decimals, up to 200,000 automaton states"),

@@ -19,7 +19,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from constrain.errors import RegexError, UnsupportedSchemaError
-from constrain.jsonschema.formats import FORMATS
+from constrain.jsonschema.formats import FORMATS, format_dfa
 from constrain.jsonschema.keywords import SPEC_FORMATS
 from constrain.jsonschema.numbers import (
     INTEGER,
@@ -45,7 +45,9 @@ from constrain.jsonschema.shapes import (
     complement,
     dfa_and,
     dfa_or,
+    dfa_union,
     difference,
+    empty_combination,
     intersect,
     is_empty,
     key_text,
@@ -63,6 +65,19 @@ _TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 _LONG = 256  # longer length bounds stay symbolic (counted in the grammar), unless combined
 _LEGACY = ("draft-04", "draft-06", "draft-07", "draft4", "draft6", "draft7")
 _DRAFT4 = ("draft-04", "draft4")
+# keywords a declared older dialect does not have: its validators ignore them (annotations)
+_SINCE_2019 = frozenset(
+    {
+        "dependentRequired", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems",
+        "minContains", "maxContains", "prefixItems", "$recursiveRef", "$dynamicRef",
+    }
+)  # fmt: skip
+_NEWER_THAN = {
+    ("draft-04", "draft4"): _SINCE_2019
+    | {"const", "contains", "propertyNames", "if", "then", "else"},
+    ("draft-06", "draft6"): _SINCE_2019 | {"if", "then", "else"},
+    ("draft-07", "draft7"): _SINCE_2019,
+}
 
 
 def _dfa(pattern: str, **kw) -> ByteDFA:
@@ -77,6 +92,10 @@ class Normalizer:
         self.legacy = isinstance(dialect, str) and any(d in dialect for d in _LEGACY)
         # draft 4 counts only integer literals as integers (6 and later also accept 1.0)
         self.draft4 = isinstance(dialect, str) and any(d in dialect for d in _DRAFT4)
+        self.not_keywords: frozenset[str] = frozenset()
+        for names, newer in _NEWER_THAN.items():
+            if isinstance(dialect, str) and any(d in dialect for d in names):
+                self.not_keywords = newer
         self.resources = Resources(root, legacy_ids=self.legacy)
         self.lenient = lenient
         self.max_depth = max_depth
@@ -142,13 +161,15 @@ class Normalizer:
     # -- one schema object ----------------------------------------------------------------------
 
     def _schema(self, s: Mapping, ptr: str, base: str, scope: tuple[str, ...]) -> Shape:
+        if not self.not_keywords.isdisjoint(s):  # keywords of later drafts are annotations
+            s = {k: v for k, v in s.items() if k not in self.not_keywords}
         if self.legacy and "$ref" in s:  # before 2019-09, $ref replaces its siblings
             return self._ref(s["$ref"], base, scope, "$ref", ptr)
         parts: list[Shape] = [self._own(s, ptr, scope)]
         if "enum" in s:  # enum and const both apply when both are given
             if not isinstance(s["enum"], list):
                 raise UnsupportedSchemaError("enum must be an array", "enum", ptr)
-            parts.append(union([self.value(v) for v in s["enum"]]))
+            parts.append(self.values(s["enum"]))
         if "const" in s:
             parts.append(self.value(s["const"]))
         for keyword in ("$ref", "$recursiveRef"):
@@ -305,27 +326,35 @@ class Normalizer:
         return dfa
 
     def _string(self, s: Mapping, ptr: str) -> ByteDFA | Lengths:
-        """The strings of a schema: a DFA, or `Lengths` when only a long length bound applies."""
+        """The strings of a schema: a DFA, or `Lengths` when only a length bound applies and
+        it is long. A length bound becomes part of the DFA only where it constrains: not when
+        `pattern` / `format` admit every string (then it stays symbolic), nor a `maxLength`
+        that no string of theirs reaches."""
         low, high = int(s.get("minLength", 0)), s.get("maxLength")
         high = None if high is None else int(high)
-        fmt = s.get("format")
-        enforced_format = fmt in FORMATS or fmt in SPEC_FORMATS
-        if "pattern" not in s and not enforced_format and max(low, high or 0) > _LONG:
-            return Lengths(low, high)
         dfa = STRINGS
-        if low or high is not None:
-            try:
-                dfa = length_dfa(low, high)
-            except ShapeUnsupported as exc:
-                keyword = "maxLength" if high is not None else "minLength"
-                raise UnsupportedSchemaError(str(exc), keyword, ptr) from None
         if "pattern" in s:
             search = _search(s["pattern"])
             dfa = dfa_and(dfa, self._string_dfa(search, "pattern", ptr, dialect="ecma"))
+        fmt = s.get("format")
         if fmt in FORMATS:
-            dfa = dfa_and(dfa, self._string_dfa(FORMATS[fmt], "format", ptr))
+            dfa = dfa_and(dfa, quoted(format_dfa(fmt)))
         elif fmt in SPEC_FORMATS:
             self.unsupported(f"format {fmt!r} is not supported", "format", ptr)
+        if dfa is not STRINGS and empty_combination(STRINGS, dfa, "minus"):
+            dfa = STRINGS  # the pattern admits every string
+        if dfa is STRINGS and max(low, high or 0) > _LONG:
+            return Lengths(low, high)
+        if high is not None and dfa is not STRINGS:
+            longest = dfa.longest()  # bytes between the quotes: at least as many as characters
+            if longest is not None and longest - 2 <= high:
+                high = None
+        if low or high is not None:
+            try:
+                dfa = dfa_and(dfa, length_dfa(low, high))
+            except ShapeUnsupported as exc:
+                keyword = "maxLength" if high is not None else "minLength"
+                raise UnsupportedSchemaError(str(exc), keyword, ptr) from None
         return dfa
 
     def _string_dfa(self, pattern: str, keyword: str, ptr: str, dialect="python") -> ByteDFA:
@@ -436,6 +465,24 @@ class Normalizer:
             ) from None
 
     # -- enum / const values ----------------------------------------------------------------------
+
+    def values(self, vs: list) -> Shape:
+        """The shape admitting exactly the JSON values `vs` (an `enum`): the scalars as one
+        DFA built at once (strings, null and booleans as a set of texts, numbers as one
+        alternation), not as a union of one DFA per value."""
+        texts, numbers, others = [], [], []
+        for v in vs:
+            if v is None or isinstance(v, (bool, str)):
+                texts.append(key_text(v) if isinstance(v, str) else json.dumps(v).encode())
+            elif isinstance(v, (int, float)):
+                if not isinstance(v, float) or math.isfinite(v):
+                    numbers.append(_number_literal(Decimal(repr(v))))
+            else:
+                others.append(self.value(v))
+        scalars = [dfa_from_strings(texts)]
+        if numbers:
+            scalars.append(_dfa("|".join(f"(?:{n})" for n in dict.fromkeys(numbers))))
+        return union([only(scalars=dfa_union(scalars)), *others])
 
     def value(self, v: Any) -> Shape:
         """The shape admitting exactly the JSON value `v` (numbers by value: 1 == 1.0)."""

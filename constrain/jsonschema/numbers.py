@@ -13,7 +13,14 @@ import numpy as np
 
 from constrain.regex import ByteDFA, combine, compile_regex, dfa_from_table
 
-__all__ = ["INTEGER", "INTEGER_LITERAL", "NUMBER", "bound_regex", "magnitude_range", "multiple_of_dfa"]
+__all__ = [
+    "INTEGER",
+    "INTEGER_LITERAL",
+    "NUMBER",
+    "bound_regex",
+    "magnitude_range",
+    "multiple_of_dfa",
+]
 
 
 def _same_length(lo: str, hi: str) -> str:

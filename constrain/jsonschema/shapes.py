@@ -22,7 +22,15 @@ from functools import lru_cache
 import numpy as np
 
 from constrain.jsonschema.numbers import NUMBER
-from constrain.regex import ByteDFA, combine, compile_regex, dfa_from_strings, quoted, repeat_unit
+from constrain.regex import (
+    ByteDFA,
+    combine,
+    compile_regex,
+    dfa_from_strings,
+    is_empty_combination,
+    quoted,
+    repeat_unit,
+)
 
 __all__ = [
     "ANY",
@@ -212,12 +220,21 @@ class KeySet:
         return KeySet(self.within, self.excluded | frozenset(names))
 
     def restricted(self, dfa: ByteDFA, inside: bool) -> KeySet:
-        """The keys also in `dfa` (inside) or not in it."""
+        """The keys also in `dfa` (inside) or not in it. Disjoint and nested languages (the
+        usual relation between patterns) are recognised without building a product."""
         base = STRINGS if self.within is None else self.within
+        if empty_combination(base, dfa, "and"):
+            return self if not inside else KeySet(EMPTY)
+        if empty_combination(base, dfa, "minus"):
+            return self if inside else KeySet(EMPTY)
         return KeySet(dfa_and(base, dfa) if inside else dfa_minus(base, dfa), self.excluded)
 
     def is_empty(self) -> bool:
-        return self.within is not None and self.dfa.is_empty()
+        if self.within is None:
+            return False
+        if self._dfa is None and self.excluded:  # no product: is `within` inside `excluded`?
+            return _finite_within(self.within, self.excluded)
+        return self.dfa.is_empty()
 
     @property
     def dfa(self) -> ByteDFA:
@@ -278,7 +295,43 @@ def key_text(key: str) -> bytes:
 
 
 def keys_dfa(keys) -> ByteDFA:
+    """The quoted JSON texts of `keys`, as one DFA (cached per set of keys)."""
+    return _keys_dfa(frozenset(keys))
+
+
+@lru_cache(maxsize=1024)
+def _keys_dfa(keys: frozenset[str]) -> ByteDFA:
     return dfa_from_strings([key_text(k) for k in keys])
+
+
+@lru_cache(maxsize=1024)
+def _key_texts(names: frozenset[str]) -> frozenset[bytes]:
+    return frozenset(key_text(k) for k in names)
+
+
+def _finite_within(dfa: ByteDFA, names: frozenset[str]) -> bool:
+    """Whether every string of `dfa` is the text of one of `names` (so the language is
+    finite and small): a depth-first enumeration that stops at the first string outside, at
+    a cycle, or after more strings than there are names."""
+    texts = _key_texts(names)
+    table, accepting = dfa.transitions, dfa.accepting
+    count = 0
+    stack = [(dfa.start, b"", frozenset([dfa.start]))]
+    while stack:
+        state, text, path = stack.pop()
+        if accepting[state]:
+            count += 1
+            if text not in texts or count > len(texts):
+                return False
+        row = table[state]
+        for byte in np.flatnonzero(row).tolist():
+            nxt = int(row[byte])
+            if nxt in path:
+                return False  # a cycle: infinitely many strings
+            stack.append((nxt, text + bytes([byte]), path | {nxt}))
+        if len(stack) > 64 * (len(texts) + 1):
+            return False  # too many prefixes for a small finite set
+    return True
 
 
 @lru_cache(maxsize=1024)
@@ -378,6 +431,16 @@ def _dfa(a: ByteDFA, b: ByteDFA, op: str) -> ByteDFA:
     return got
 
 
+def empty_combination(a: ByteDFA, b: ByteDFA, op: str) -> bool:
+    """Whether ``a & b`` ("and") or ``a - b`` ("minus") is empty (memoised, no product built)."""
+    key = (id(a), id(b), "empty " + op)
+    got = _MEMO.dfa.get(key)
+    if got is None:
+        got = _MEMO.dfa[key] = is_empty_combination(a, b, op)
+        _MEMO.keep.extend((a, b))
+    return got
+
+
 def dfa_and(a: ByteDFA, b: ByteDFA) -> ByteDFA:
     return _dfa(a, b, "and")
 
@@ -422,7 +485,9 @@ def intersect(a: Shape, b: Shape) -> Shape:
         return got
     out = _MEMO.conj[key] = Shape()
     _MEMO.keep.extend((a, b))
-    return later([a, b], out, lambda: _intersection(a, b))
+    result = _nothing_if_empty(later([a, b], out, lambda: _intersection(a, b)))
+    _MEMO.conj[key] = result
+    return result
 
 
 def _intersection(a: Shape, b: Shape) -> tuple:
@@ -445,6 +510,19 @@ def _intersection(a: Shape, b: Shape) -> tuple:
 
 def _all_strings(dfa: ByteDFA) -> bool:
     return dfa is SCALARS or dfa is STRINGS or dfa_minus(STRINGS, dfa).is_empty()
+
+
+def _nothing_if_empty(shape: Shape) -> Shape:
+    """`NOTHING` for a filled shape that admits nothing at all (so identity tests find it)."""
+    if (
+        shape.filled
+        and shape.scalars.is_empty()
+        and shape.text is None
+        and not shape.arrays
+        and not shape.objects
+    ):
+        return NOTHING
+    return shape
 
 
 def later(inputs: list[Shape], out: Shape, parts) -> Shape:
@@ -575,20 +653,27 @@ def complement(a: Shape) -> Shape:
         return got
     out = _MEMO.neg[id(a)] = Shape()
     _MEMO.keep.append(a)
-    return later([a], out, lambda: _complement(a))
+    result = _MEMO.neg[id(a)] = _nothing_if_empty(later([a], out, lambda: _complement(a)))
+    return result
 
 
 def _complement(a: Shape) -> tuple:
-    arrays = [ANY_ARRAY]
-    for alt in a.arrays:
-        arrays = [r for x in arrays for y in _not_array(alt) if (r := _and_arrays(x, y))]
-        _check_size(arrays)
+    arrays = _not_arrays(a)
     objects = [ANY_OBJECT]
     for alt in a.objects:
         objects = [r for x in objects for y in _not_object(alt) if (r := _and_objects(x, y))]
         _check_size(objects)
     excluded = a.scalars if a.text is None else dfa_or(a.scalars, a.text.dfa)
     return dfa_minus(SCALARS, excluded), arrays, objects
+
+
+def _not_arrays(a: Shape) -> list[ArrayShape]:
+    """The array alternatives of ``complement(a)``."""
+    arrays = [ANY_ARRAY]
+    for alt in a.arrays:
+        arrays = [r for x in arrays for y in _not_array(alt) if (r := _and_arrays(x, y))]
+        _check_size(arrays)
+    return arrays
 
 
 def _check_size(alternatives: list) -> None:
@@ -640,7 +725,9 @@ def difference(a: Shape, b: Shape) -> Shape:
     _MEMO.keep.extend((a, b))
 
     def parts() -> tuple:
-        arrays = [r for x in a.arrays for y in complement(b).arrays if (r := _and_arrays(x, y))]
+        arrays = []
+        if a.arrays:
+            arrays = [r for x in a.arrays for y in _not_arrays(b) if (r := _and_arrays(x, y))]
         objects = []
         for alt in a.objects:
             alts = [alt]
@@ -660,13 +747,14 @@ def difference(a: Shape, b: Shape) -> Shape:
             return scalars, arrays, objects, None
         return dfa_minus(a.scalars, removed), arrays, objects, text
 
-    return later([a, b], out, parts)
+    result = _MEMO.conj[key] = _nothing_if_empty(later([a, b], out, parts))
+    return result
 
 
 def _not_object(x: ObjectShape, within: ObjectShape | None = None) -> list[ObjectShape]:
-    """Objects violating one constraint of `x` (a union); with `within`, only those shaped
-    like it are needed, which makes "some key has a bad value" finite when `within` has no
-    key regions."""
+    """Objects violating one constraint of `x` (a union); with `within`, only the violations
+    an object shaped like `within` can have are needed, so "some key has a bad value" is
+    finite over its named keys and needs no normal form where its key regions agree with `x`."""
     out = []
     for key in x.required:
         out.append(_with_key(key, NOTHING, required=False))
@@ -674,15 +762,7 @@ def _not_object(x: ObjectShape, within: ObjectShape | None = None) -> list[Objec
         bad = complement(prop.value)
         if bad is not NOTHING:
             out.append(_with_key(key, bad, required=True))
-    if within is not None and not within.regions:  # finitely many keys: name the bad ones
-        for key in within.named:
-            if key in x.named:
-                continue
-            allowed = x.lookup(key).value
-            bad = complement(allowed)
-            if bad is not NOTHING:
-                out.append(_with_key(key, bad, required=True))
-    else:
+    if within is None:
         covered = keys_dfa(x.named)
         for region in x.regions:
             covered = dfa_or(covered, region.keys.dfa)
@@ -690,11 +770,41 @@ def _not_object(x: ObjectShape, within: ObjectShape | None = None) -> list[Objec
                 raise ShapeUnsupported("`not` of patternProperties / additionalProperties")
         if not dfa_minus(STRINGS, covered).is_empty():
             raise ShapeUnsupported("`not` of an object schema that forbids some keys")
+    else:
+        for key in within.named:  # finitely many: name the bad ones
+            if key in x.named:
+                continue
+            bad = complement(x.lookup(key).value)
+            if bad is not NOTHING:
+                out.append(_with_key(key, bad, required=True))
+        for region in within.regions:
+            if region.value is NOTHING:
+                continue  # no key of this region can appear in `within`
+            _check_region_agrees(region.value, region.keys.without(x.named), x)
     if x.min_props > 0:
         out.append(replace(ANY_OBJECT, max_props=x.min_props - 1))
     if x.max_props is not None:
         out.append(replace(ANY_OBJECT, min_props=x.max_props + 1))
     return out
+
+
+def _check_region_agrees(value: Shape, keys: KeySet, x: ObjectShape) -> None:
+    """Raise unless every member (key in `keys`, value in `value`) is one `x` accepts too:
+    a key in no region of `x`, or with a value its region rejects, would be a violation of
+    the form "some key ..." that has no normal form."""
+    if keys.is_empty():
+        return
+    uncovered = keys.dfa
+    for region in x.regions:
+        overlap = keys.both(region.keys)
+        if overlap.is_empty():
+            continue
+        uncovered = dfa_minus(uncovered, region.keys.dfa)
+        bad = complement(region.value)
+        if bad is not NOTHING and not is_empty(intersect(value, bad)):
+            raise ShapeUnsupported("`not` of patternProperties / additionalProperties")
+    if not uncovered.is_empty():
+        raise ShapeUnsupported("`not` of an object schema that forbids some keys")
 
 
 def _with_key(key: str, value: Shape, *, required: bool) -> ObjectShape:

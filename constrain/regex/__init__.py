@@ -19,6 +19,7 @@ from constrain.regex.dfa import (
     dfa_from_byte_classes,
     dfa_from_strings,
     dfa_from_table,
+    is_empty_combination,
     quoted,
     repeat_unit,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "dfa_from_byte_classes",
     "dfa_from_strings",
     "dfa_from_table",
+    "is_empty_combination",
     "quoted",
     "repeat_unit",
 ]

@@ -41,7 +41,7 @@ class ByteDFA:
         pattern: the source, for messages.
     """
 
-    __slots__ = ("transitions", "accepting", "start", "pattern", "_rows")
+    __slots__ = ("transitions", "accepting", "start", "pattern", "_rows", "_classes")
 
     def __init__(self, transitions: np.ndarray, accepting: np.ndarray, start: int, pattern: str):
         self.transitions = transitions
@@ -49,6 +49,7 @@ class ByteDFA:
         self.start = start
         self.pattern = pattern
         self._rows: list[list[int] | None] = [None] * len(transitions)
+        self._classes: np.ndarray | None = None
         transitions.flags.writeable = False
         accepting.flags.writeable = False
 
@@ -58,6 +59,44 @@ class ByteDFA:
 
     def is_empty(self) -> bool:
         return self.start == DEAD
+
+    def byte_classes(self) -> np.ndarray:
+        """The class of each byte (256 ints): bytes in one class lead every state alike."""
+        if self._classes is None:
+            columns = self.transitions.T.astype(np.int64)
+            signature = columns @ _weights(len(self.transitions))  # wraps: a 64-bit hash
+            _, first, inverse = np.unique(signature, return_index=True, return_inverse=True)
+            inverse = inverse.ravel()
+            if not np.array_equal(columns[first][inverse], columns):  # a collision: compare
+                _, inverse = np.unique(columns, axis=0, return_inverse=True)
+            self._classes = inverse.ravel().astype(np.int64)
+        return self._classes
+
+    def longest(self) -> int | None:
+        """The length in bytes of the longest string of the language (None: unbounded, or
+        empty language). Every state is live, so a cycle means infinitely many strings."""
+        if self.is_empty():
+            return None
+        rows = [sorted(set(row) - {DEAD}) for row in self.transitions.tolist()]
+        indegree = [0] * len(rows)
+        for row in rows:
+            for t in row:
+                indegree[t] += 1
+        order = [q for q in range(1, len(rows)) if indegree[q] == 0]
+        for q in order:  # Kahn's topological order; a cycle leaves states out
+            for t in rows[q]:
+                indegree[t] -= 1
+                if indegree[t] == 0:
+                    order.append(t)
+        if len(order) < len(rows) - 1:
+            return None
+        depth = [-1] * len(rows)
+        depth[self.start] = 0
+        for q in order:
+            if depth[q] >= 0:
+                for t in rows[q]:
+                    depth[t] = max(depth[t], depth[q] + 1)
+        return max(d for q, d in enumerate(depth) if self.accepting[q])
 
     def _row(self, state: int) -> list[int]:
         row = self._rows[state]
@@ -99,6 +138,19 @@ class ByteDFA:
 
     def __repr__(self) -> str:
         return f"ByteDFA({self.pattern!r}, n_states={self.n_states})"
+
+
+_WEIGHTS = np.zeros(0, dtype=np.int64)
+
+
+def _weights(n: int) -> np.ndarray:
+    """n fixed odd pseudo-random 64-bit weights (for hashing rows of states)."""
+    global _WEIGHTS
+    if len(_WEIGHTS) < n:
+        rng = np.random.default_rng(len(_WEIGHTS) + 1)
+        more = rng.integers(1, 2**62, size=max(n, 2 * len(_WEIGHTS)) - len(_WEIGHTS)) | 1
+        _WEIGHTS = np.concatenate([_WEIGHTS, more.astype(np.int64)])
+    return _WEIGHTS[:n]
 
 
 # -- syntax tree -> NFA ---------------------------------------------------------------------------
@@ -290,7 +342,12 @@ def _determinize(
 # -- pruning and minimisation (over any alphabet: atoms or bytes) ---------------------------------
 
 
+_SMALL = 40_000  # tables with fewer cells are traversed in plain Python (no per-level numpy)
+
+
 def _reachable(trans: np.ndarray, start: int) -> np.ndarray:
+    if trans.size <= _SMALL:
+        return _python_reachable(trans.tolist(), [start], len(trans))
     seen = np.zeros(len(trans), dtype=bool)
     seen[start] = True
     frontier = np.array([start])
@@ -302,8 +359,28 @@ def _reachable(trans: np.ndarray, start: int) -> np.ndarray:
     return seen
 
 
+def _python_reachable(rows: list, starts: list[int], n: int) -> np.ndarray:
+    """The states reachable from `starts` along `rows` (lists of successors)."""
+    seen = bytearray(n)
+    for s in starts:
+        seen[s] = 1
+    stack = list(starts)
+    while stack:
+        for t in rows[stack.pop()]:
+            if not seen[t]:
+                seen[t] = 1
+                stack.append(t)
+    return np.frombuffer(bytes(seen), dtype=np.uint8).astype(bool)
+
+
 def _live(trans: np.ndarray, accepting: np.ndarray) -> np.ndarray:
     n = len(trans)
+    if trans.size <= _SMALL:
+        preds: list[list[int]] = [[] for _ in range(n)]
+        for s, row in enumerate(trans.tolist()):
+            for t in set(row):
+                preds[t].append(s)
+        return _python_reachable(preds, np.flatnonzero(accepting).tolist(), n)
     src = np.repeat(np.arange(n), trans.shape[1])
     dst = trans.ravel()
     order = np.argsort(dst, kind="stable")
@@ -317,6 +394,17 @@ def _live(trans: np.ndarray, accepting: np.ndarray) -> np.ndarray:
         live[preds] = True
         frontier = preds
     return live
+
+
+def _column_representatives(table: np.ndarray) -> np.ndarray:
+    """One column index per class of equal columns of `table` (hashed, checked exactly)."""
+    columns = table.T.astype(np.int64)
+    signature = columns @ _weights(len(table))
+    _, first, inverse = np.unique(signature, return_index=True, return_inverse=True)
+    if np.array_equal(columns[first][inverse.ravel()], columns):
+        return first
+    _, first = np.unique(columns, axis=0, return_index=True)
+    return first
 
 
 _MIX = np.random.default_rng(0).integers(1, 2**62, size=(257,), dtype=np.int64) | 1
@@ -334,8 +422,10 @@ def _refine(cls: np.ndarray, n_classes: int, compact: np.ndarray, acc: np.ndarra
         if hashed.max() + 1 == n_classes:
             break
         n_classes = int(hashed.max()) + 1
-    rows = np.column_stack([acc, hashed, hashed[compact]])
-    if len(np.unique(rows, axis=0)) == n_classes:
+    rows = np.column_stack([acc, hashed[compact]])
+    rep = np.zeros(n_classes, dtype=np.int64)
+    rep[hashed] = np.arange(len(hashed))
+    if np.array_equal(rows, rows[rep[hashed]]):  # every class is a congruence class
         return hashed, n_classes
     n_classes = initial
     while True:  # exact fallback
@@ -347,14 +437,19 @@ def _refine(cls: np.ndarray, n_classes: int, compact: np.ndarray, acc: np.ndarra
 
 
 def _minimize(
-    trans: np.ndarray, accepting: np.ndarray, start: int, merge: bool = True
+    trans: np.ndarray,
+    accepting: np.ndarray,
+    start: int,
+    merge: bool = True,
+    expand: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Prune to reachable and live states and merge equivalent ones (Moore refinement; skipped
     when `merge` is false, e.g. for large products whose refinement would take long).
 
     `trans` is (n, k) with -1 for "no transition". The result is (m, k) with state 0 dead (all
     its transitions and every missing one lead to 0), start state 1, the others in BFS order;
-    m == 1 when the language is empty.
+    m == 1 when the language is empty. With `expand` (the column of each output symbol), the
+    columns of `trans` are classes of symbols and the result has one column per symbol.
     """
     n = len(trans) + 1
     full = np.zeros((n, trans.shape[1]), dtype=np.int64)
@@ -364,12 +459,12 @@ def _minimize(
     start += 1
     keep = _reachable(full, start) & _live(full, acc)
     keep[0] = False
+    width = trans.shape[1] if expand is None else len(expand)
     if not keep[start]:
-        return np.zeros((1, trans.shape[1]), dtype=np.int32), np.zeros(1, dtype=bool)
+        return np.zeros((1, width), dtype=np.int32), np.zeros(1, dtype=bool)
     full[~keep[full]] = 0
     full[~keep] = 0
-    _, col_first = np.unique(full.T, axis=0, return_index=True)
-    compact = full[:, col_first]  # one column per class of symbols that behave alike
+    compact = full[:, _column_representatives(full)]  # one column per class of symbols
     cls = np.where(keep, acc.astype(np.int64) + 1, 0)
     n_classes = len(np.unique(cls))
     if not merge:
@@ -383,13 +478,26 @@ def _minimize(
     number = np.full(n_classes, -1, dtype=np.int64)
     number[cls[0]] = 0
     number[cls[start]] = 1
-    frontier, next_id = np.array([cls[start]]), 2
-    while frontier.size:  # breadth-first numbering, one level at a time
-        reached = np.unique(class_trans[frontier])
-        fresh = reached[number[reached] < 0]
-        number[fresh] = np.arange(next_id, next_id + fresh.size)
-        next_id += fresh.size
-        frontier = fresh
+    next_id = 2
+    if class_trans.size <= _SMALL:  # breadth-first numbering
+        rows = class_trans.tolist()
+        numbers = number.tolist()
+        queue = [int(cls[start])]
+        for state in queue:
+            for t in rows[state]:
+                if numbers[t] < 0:
+                    numbers[t] = next_id
+                    next_id += 1
+                    queue.append(t)
+        number = np.array(numbers, dtype=np.int64)
+    else:  # one level at a time
+        frontier = np.array([cls[start]])
+        while frontier.size:
+            reached = np.unique(class_trans[frontier])
+            fresh = reached[number[reached] < 0]
+            number[fresh] = np.arange(next_id, next_id + fresh.size)
+            next_id += fresh.size
+            frontier = fresh
     valid = number >= 0
     out = np.zeros((next_id, trans.shape[1]), dtype=np.int32)
     out_acc = np.zeros(next_id, dtype=bool)
@@ -397,6 +505,8 @@ def _minimize(
     out_acc[number[valid]] = acc[rep[valid]]
     out[0] = 0
     out_acc[0] = False
+    if expand is not None:
+        out = np.ascontiguousarray(out[:, expand])
     return out, out_acc
 
 
@@ -521,47 +631,86 @@ def compile_regex(
     return _to_bytes(table, acc, atoms, pattern, encoding)
 
 
+def joint_byte_classes(dfas: Sequence[ByteDFA]) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes every DFA of `dfas` treats alike share a class: (class of each byte, one byte of
+    each class). Products and lexers step once per class instead of once per byte."""
+    classes = np.zeros(256, dtype=np.int64)
+    for dfa in dfas:
+        columns = dfa.byte_classes()
+        _, classes = np.unique(classes * (int(columns.max()) + 1) + columns, return_inverse=True)
+        classes = classes.ravel()
+    _, representatives = np.unique(classes, return_index=True)
+    return classes, representatives
+
+
+def _product_search(a: ByteDFA, b: ByteDFA, op: str, max_states: int, pattern: str, stop=None):
+    """Breadth-first search of the pairs of states of `a` and `b` reachable for `op` (pairs
+    where the result can no longer accept are dropped). Pairs are numbered in order of
+    discovery; returns (pair keys, rows of next pair keys per byte class (-1: none), classes),
+    or None as soon as `stop(x, y)` holds for a pair of the frontier."""
+    classes, representatives = joint_byte_classes((a, b))
+    width = np.int64(b.n_states)
+    start = int(a.start) * int(width) + int(b.start)
+    index = {start: 0}
+    order = [start]
+    levels = []
+    frontier = np.array([start], dtype=np.int64)
+    while frontier.size:  # one level of pairs at a time
+        x, y = np.divmod(frontier, width)
+        if stop is not None and stop(x, y):
+            return None
+        kx = a.transitions[x][:, representatives].astype(np.int64)
+        ky = b.transitions[y][:, representatives].astype(np.int64)
+        dead = kx == DEAD
+        if op == "or":
+            dead &= ky == DEAD
+        elif op == "and":
+            dead |= ky == DEAD
+        keys = np.where(dead, -1, kx * width + ky)
+        levels.append(keys)
+        fresh = [k for k in np.unique(keys[~dead]).tolist() if k not in index]
+        for k in fresh:
+            index[k] = len(order)
+            order.append(k)
+        if len(order) > max_states:
+            raise RegexError(f"the {op} of two automata exceeds {max_states} states", pattern[:200])
+        frontier = np.array(fresh, dtype=np.int64)
+    return np.array(order, dtype=np.int64), np.concatenate(levels), classes
+
+
 def combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, max_states: int = 100_000) -> ByteDFA:
     """The minimal DFA of ``a & b`` (op "and"), ``a | b`` ("or") or ``a - b`` ("minus"): a
-    product search.
+    product search over byte classes, then minimisation.
 
     Raises:
         RegexError: the product exceeds `max_states` states.
     """
     if op not in ("and", "or", "minus"):
         raise ValueError(f"unknown operation {op!r}")
-    width = np.int64(b.n_states)
-    order = [np.array([a.start * width + b.start], dtype=np.int64)]  # pair keys, level by level
-    known = order[0]
-    levels = []
-    frontier = order[0]
-    total = 1
-    while frontier.size:  # breadth first, one level of pairs at a time
-        x, y = np.divmod(frontier, width)
-        keys = a.transitions[x].astype(np.int64) * width + b.transitions[y]
-        kx, ky = np.divmod(keys, width)
-        dead = (kx == DEAD) & ((ky == DEAD) | (op != "or"))
-        if op == "and":
-            dead |= ky == DEAD
-        keys[dead] = -1
-        levels.append(keys)
-        fresh = np.setdiff1d(np.unique(keys[~dead]), known, assume_unique=True)
-        total += fresh.size
-        if total > max_states:
-            raise RegexError(f"the {op} of two automata exceeds {max_states} states", pattern[:200])
-        known = np.union1d(known, fresh)
-        order.append(fresh)
-        frontier = fresh
-    pairs = np.concatenate(order)
+    pairs, table, classes = _product_search(a, b, op, max_states, pattern)
     sorter = np.argsort(pairs)
-    table = np.concatenate(levels)
     live = table >= 0
     table[live] = sorter[np.searchsorted(pairs, table[live], sorter=sorter)]
-    x, y = np.divmod(pairs, width)
+    x, y = np.divmod(pairs, np.int64(b.n_states))
     ax, by = a.accepting[x], b.accepting[y]
     accepting = {"and": ax & by, "or": ax | by, "minus": ax & ~by}[op]
-    table, acc = _minimize(table, accepting, 0, merge=len(pairs) <= _MERGE_LIMIT)
+    table, acc = _minimize(table, accepting, 0, merge=len(pairs) <= _MERGE_LIMIT, expand=classes)
     return ByteDFA(table, acc, 1 if len(table) > 1 else DEAD, pattern)
+
+
+def is_empty_combination(a: ByteDFA, b: ByteDFA, op: str) -> bool:
+    """Whether ``a & b`` (op "and") or ``a - b`` ("minus") is empty, without building it: the
+    product search stops at the first pair accepting the result."""
+    if op not in ("and", "minus"):
+        raise ValueError(f"unknown operation {op!r}")
+    if a.is_empty() or (op == "and" and b.is_empty()):
+        return True
+
+    def accepts(x, y) -> bool:
+        other = b.accepting[y] if op == "and" else ~b.accepting[y]
+        return bool((a.accepting[x] & other).any())
+
+    return _product_search(a, b, op, 10**9, "", stop=accepts) is not None
 
 
 def dfa_from_table(

@@ -173,7 +173,10 @@ class _Engine:
                 main.refused = (token, proposal)
                 break
             main.add(token, proposal, "model")
-            if token in self.eos or math.exp(float(proposal[token])) < self.settings.draft_confidence:
+            if (
+                token in self.eos
+                or math.exp(float(proposal[token])) < self.settings.draft_confidence
+            ):
                 break
         return drafts
 
