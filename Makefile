@@ -6,7 +6,7 @@ PIP    := $(BIN)/pip install -q --disable-pip-version-check -c constraints.txt
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_VERBOSITY := error
 
-.PHONY: demo test test-slow bench conformance lint clean
+.PHONY: demo test test-slow bench bench-models jsonschemabench conformance lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,9 +33,26 @@ test: $(VENV)/.dev
 test-slow: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -m slow
 
-bench: $(VENV)/.dev
+# plots of the benchmark reports
+$(VENV)/.bench: $(VENV)/.dev
+	$(PIP) matplotlib
+	touch $@
+
+bench: $(VENV)/.bench
 	$(BIN)/python -m constrain.bench.regex
 	$(BIN)/python -m constrain.bench.grammar
+
+# the benchmarks with the bundled model (about 2 hours on 2 cores)
+bench-models: $(VENV)/.bench
+	$(BIN)/python -m constrain.bench.samplers --limit 50 --markdown docs/benchmarks/samplers.md
+	$(BIN)/python -m constrain.bench.processors --markdown docs/benchmarks/processors.md
+	$(BIN)/python -m constrain.bench.speculative --limit 50 --markdown docs/benchmarks/speculative.md
+
+# JSONSchemaBench, 30 schemas per subset, AWRS and LCD side by side (a few hours on 2 cores)
+jsonschemabench: $(VENV)/.bench
+	$(BIN)/python -m constrain.bench.jsonschemabench --limit 30 --sampler awrs --out bench/jsonschemabench-awrs.json
+	$(BIN)/python -m constrain.bench.jsonschemabench --limit 30 --sampler lcd --out bench/jsonschemabench-lcd.json
+	$(BIN)/python -m constrain.bench.jsonschemabench --compare bench/jsonschemabench-awrs.json bench/jsonschemabench-lcd.json --markdown docs/benchmarks/jsonschemabench.md --plot docs/benchmarks/jsonschemabench.png
 
 # JSON Schema Test Suite and MaskBench-style conformance (about 25 minutes on 2 cores)
 conformance: $(VENV)/.dev

@@ -177,3 +177,22 @@ def test_choose_layers_measures_agreement_and_cost(tiny_model):
     assert full["agreement"] == 1.0  # the whole model agrees with itself
     assert layers == report[0]["layers"] and report[0]["speedup"] >= report[1]["speedup"]
     assert expected_speedup(1.0, 0.0, 4) == 5 and expected_speedup(0.0, 0.5, 4) < 1
+
+
+@pytest.mark.slow
+def test_greedy_outputs_are_identical_on_the_bundled_model(smollm):
+    """50 extraction prompt / schema pairs from the shared data: speculative greedy decoding
+    (forced, lookup tree, and a layer-skip draft) emits exactly the tokens of plain greedy."""
+    from constrain.bench.speculative import DATA, extraction_cases
+
+    cases = extraction_cases(DATA, 50)
+    assert len(cases) == 50
+    draft = smollm.with_layers(range(10))
+    settings = [cn.Speculative(branches=2), cn.Speculative(draft=draft, lookup=0)]
+    for i, (name, schema, prompt) in enumerate(cases):
+        plain = cn.generate(smollm, prompt, schema=schema, greedy=True, max_tokens=48)
+        fast = cn.generate(
+            smollm, prompt, schema=schema, greedy=True, max_tokens=48, speculative=settings[i % 2]
+        )
+        assert fast.tokens == plain.tokens, name
+        assert fast.finish_reason == plain.finish_reason, name
