@@ -18,6 +18,7 @@ tokens when ``_n_fed == len(tokens)``, else None.
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -43,19 +44,25 @@ def _left_pad(states: torch.Tensor, length: int) -> torch.Tensor:
 
 
 class _FewRowLinear(torch.nn.Linear):
-    """`nn.Linear` whose product over 2 to 64 rows is ``(W @ x.T).T``.
+    """`nn.Linear` whose product over 1 to 64 rows is ``(W @ x.T).T``.
 
     On CPUs where the BLAS picks a slow kernel for ``x @ W.T`` with few rows (measured here:
-    8 rows through SmolLM2's 49,152 x 576 head take 50 ms that way, 17 ms this way; one row
-    11 ms either way), a step over a few tokens costs little more than over one. Same
-    weights, same result up to float rounding; one row and long prefills keep ``F.linear``.
+    8 rows through SmolLM2's 49,152 x 576 head take 50 ms that way, 17 ms this way), a step
+    over a few tokens costs little more than over one. A single row is duplicated into two:
+    the matrix-vector kernel it would otherwise get runs on one core (a decoding step of
+    SmolLM2-135M on 2 cores: 50 ms as matrix-vector products, 32 ms as two-row products).
+    Same weights, same result up to float rounding; long prefills keep ``F.linear``.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if not 2 <= rows <= 64:
+        if rows > 64:
             return super().forward(x)
-        out = (self.weight @ x.reshape(rows, x.shape[-1]).t()).t()
+        flat = x.reshape(rows, x.shape[-1]).contiguous()  # (W @ flat.T) is fast for this layout
+        if rows == 1:
+            out = (self.weight @ flat.expand(2, -1).contiguous().t())[:, :1].t()
+        else:
+            out = (self.weight @ flat.t()).t()
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
@@ -135,7 +142,7 @@ class TransformersLM:
         device: "auto" or a torch device; the model is moved there.
         few_row_matmul: on the CPU, compute linear layers over 2 to 64 rows as
             ``(W @ x.T).T`` (see `_FewRowLinear`): several times faster than the BLAS call
-            behind ``F.linear`` for the few rows of batched steps, CFG and verification.
+            behind ``F.linear`` for the few rows of decoding steps, CFG and verification.
     """
 
     def __init__(
@@ -153,6 +160,7 @@ class TransformersLM:
             for module in self.hf_model.modules():
                 if type(module) is torch.nn.Linear:
                     module.__class__ = _FewRowLinear
+        self._keeps_logits = "logits_to_keep" in inspect.signature(self.hf_model.forward).parameters
         self.tokenizer = tokenizer
         self.name = name or getattr(hf_model.config, "name_or_path", "") or type(hf_model).__name__
         self._vocab = None
@@ -238,16 +246,22 @@ class TransformersLM:
             stream._batch = None
         return stream._cache
 
-    def _forward(self, stream: Stream, token_ids: list[int]) -> torch.Tensor:
-        """Feed `token_ids` after the cached prefix; returns their (n, V) float32 log-probs."""
+    def _forward(
+        self, stream: Stream, token_ids: list[int], last_only: bool = False
+    ) -> torch.Tensor:
+        """Feed `token_ids` after the cached prefix; returns their (n, V) float32 log-probs
+        (only the last row's, (1, V), with `last_only`: a prefill skips the head elsewhere)."""
         from transformers import DynamicCache
 
         self._own_cache(stream)
         if stream._cache is None:
             stream._cache = DynamicCache(config=self.hf_model.config)
         ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
+        extra = {"logits_to_keep": 1} if last_only and self._keeps_logits else {}
         with torch.inference_mode():
-            out = self.hf_model(input_ids=ids, past_key_values=stream._cache, use_cache=True)
+            out = self.hf_model(
+                input_ids=ids, past_key_values=stream._cache, use_cache=True, **extra
+            )
         stream._cache = out.past_key_values
         stream._n_fed += len(token_ids)
         return torch.log_softmax(out.logits[0].float(), dim=-1)
@@ -270,7 +284,7 @@ class TransformersLM:
             self.rollback(stream, len(base.tokens) - shared)
             stream.tokens.extend(ids[shared:])
             stream.prompt_len = len(ids)
-        stream._last = self._forward(stream, stream.tokens[stream._n_fed :])[-1]
+        stream._last = self._forward(stream, stream.tokens[stream._n_fed :], last_only=True)[-1]
         self._remember_prompt(stream)
         return stream
 
@@ -318,7 +332,9 @@ class TransformersLM:
         todo = [s for s in streams if s._last is None]
         if len(todo) == 1 or (todo and not self._batchable(todo)):
             for stream in todo:
-                stream._last = self._forward(stream, stream.tokens[stream._n_fed :])[-1]
+                stream._last = self._forward(
+                    stream, stream.tokens[stream._n_fed :], last_only=True
+                )[-1]
         elif todo:
             self._forward_batch(todo)
         return torch.stack([s._last for s in streams])
