@@ -285,3 +285,23 @@ def test_score_many_batches_several_streams(tiny_model):
     )
     m.rollback(a, 2)
     _assert_next(m, a, TOKENS[:4] + [60])
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7, 64, 65])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_few_row_linear_equals_nn_linear(rows, transposed):
+    """The CPU fast path for few rows computes the same product as `nn.Linear`, whatever the
+    input's layout (a previous layer leaves its output transposed in memory)."""
+    from constrain.models.transformers_lm import _FewRowLinear
+
+    torch.manual_seed(rows)
+    plain = torch.nn.Linear(48, 80)
+    fast = torch.nn.Linear(48, 80)
+    fast.load_state_dict(plain.state_dict())
+    fast.__class__ = _FewRowLinear
+    x = torch.randn(48, rows).t() if transposed else torch.randn(rows, 48)
+    x = x.reshape(1, rows, 48)
+    with torch.inference_mode():
+        out = fast(x)
+        assert out.shape == (1, rows, 80)
+        torch.testing.assert_close(out, plain(x), atol=1e-5, rtol=1e-5)
