@@ -99,6 +99,23 @@ def test_batch_logprobs_equal_individual_calls(tiny_model):
     )
 
 
+def test_unpadded_batches_of_forks_equal_individual_runs(tiny_model):
+    """Forks of one prompt stepped together (no padding: the fused attention path), with one
+    and with several pending tokens each, give each sequence's own log-probabilities."""
+    base = tiny_model.start(TOKENS[:5])
+    forks = [tiny_model.fork(base) for _ in range(3)]
+    steps = [[[20], [21], [22]], [[30, 31], [32, 33], [34, 35]], [[40], [41], [42]]]
+    for new in steps:
+        for stream, tokens in zip(forks, new):
+            for token in tokens:
+                tiny_model.append(stream, token)
+        batch = tiny_model.logprobs(forks)
+        for row, stream in enumerate(forks):
+            torch.testing.assert_close(
+                batch[row], _full_forward(tiny_model, stream.tokens)[-1], atol=1e-4, rtol=1e-4
+            )
+
+
 def test_pending_tokens_of_several_streams_are_fed_in_one_batched_forward(tiny_model):
     # different cached lengths and different numbers of pending tokens: padding on both sides
     seqs = [TOKENS[:2], TOKENS[1:8], TOKENS[3:6]]

@@ -404,11 +404,15 @@ class TransformersLM:
             N, device=self.device
         )
         mask = torch.cat([batch.mask, new_mask], dim=1)
+        # Without padding (particles of one prompt, stepped together) neither mask nor
+        # positions are passed: attention then takes the fused causal kernel instead of a
+        # masked one that copies the grouped keys and values for every head.
+        padded = not bool(mask.all())
         with torch.inference_mode():
             out = self.hf_model(
                 input_ids=ids,
-                attention_mask=mask,
-                position_ids=positions,
+                attention_mask=mask if padded else None,
+                position_ids=positions if padded else None,
                 past_key_values=batch.cache,
                 use_cache=True,
             )
