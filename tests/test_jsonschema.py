@@ -115,6 +115,7 @@ SCHEMAS = [
         "items": {"$ref": "#num"},
     },
     {"not": {"type": "object", "required": ["a"]}},
+    {"type": "string", "pattern": "^[-\\S]{2}$"},  # \S inside a class
 ]
 
 INSTANCES = [
@@ -144,6 +145,8 @@ INSTANCES = [
     "",
     "a",
     "ab",
+    "a b",
+    " -",
     "abcd",
     "abcde",
     "ab-12",

@@ -62,6 +62,8 @@ def prepare(pattern: str, ecma: bool = False) -> str:
     i, n = 0, len(pattern)
     in_class = False
     class_start = -1
+    out_start = -1  # where the current class begins in `out`
+    non_space = False  # the current class holds \S: written as an alternation when it closes
     while i < n:
         c = pattern[i]
         if c == "\\":
@@ -103,7 +105,13 @@ def prepare(pattern: str, ecma: bool = False) -> str:
                     continue
             if ecma and e in "sS":
                 if in_class and e == "S":
-                    raise RegexError("\\S inside a character class is not supported", pattern, i)
+                    if pattern[class_start + 1] == "^":
+                        raise RegexError(
+                            "\\S inside a negated character class is not supported", pattern, i
+                        )
+                    non_space = True
+                    i += 2
+                    continue
                 spaces = "".join(_escape_char(c, True) for c in _ECMA_SPACE)
                 out.append(spaces if in_class else _class_of(_ECMA_SPACE, e == "S"))
                 i += 2
@@ -124,6 +132,14 @@ def prepare(pattern: str, ecma: bool = False) -> str:
                 and not (i == class_start + 2 and pattern[class_start + 1] == "^")
             ):
                 in_class = False
+                if non_space:  # [a\S] = (?:[a]|\S)
+                    body = "".join(out[out_start + 1 :])
+                    del out[out_start:]
+                    rest = f"[{body}]|" if body else ""
+                    out.append(f"(?:{rest}{_class_of(_ECMA_SPACE, negated=True)})")
+                    non_space = False
+                    i += 1
+                    continue
             elif c == "[" and pattern[i + 1 : i + 2] == ":":
                 raise RegexError(
                     "POSIX character classes like [:alpha:] are not supported", pattern, i
@@ -132,7 +148,7 @@ def prepare(pattern: str, ecma: bool = False) -> str:
             i += 1
             continue
         if c == "[":
-            in_class, class_start = True, i
+            in_class, class_start, out_start = True, i, len(out)
         elif c == "(" and pattern[i + 1 : i + 2] == "?":
             ext = pattern[i + 2 : i + 4]
             if ext[:1] in ("=", "!"):
