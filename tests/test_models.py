@@ -320,5 +320,5 @@ def test_few_row_linear_equals_nn_linear(rows, transposed):
     x = x.reshape(1, rows, 48)
     with torch.inference_mode():
         out = fast(x)
-        assert out.shape == (1, rows, 80)
+        assert out.shape == (1, rows, 80) and out.is_contiguous()
         torch.testing.assert_close(out, plain(x), atol=1e-5, rtol=1e-5)

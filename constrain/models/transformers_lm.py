@@ -60,9 +60,10 @@ class _FewRowLinear(torch.nn.Linear):
             return super().forward(x)
         flat = x.reshape(rows, x.shape[-1]).contiguous()  # (W @ flat.T) is fast for this layout
         if rows == 1:
-            out = (self.weight @ flat.expand(2, -1).contiguous().t())[:, :1].t()
+            out = (self.weight @ flat.expand(2, -1).contiguous().t())[:, :1]
         else:
-            out = (self.weight @ flat.t()).t()
+            out = self.weight @ flat.t()
+        out = out.t().contiguous()  # row-major, as F.linear returns: attention kernels need it
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
