@@ -51,7 +51,9 @@ class _FewRowLinear(torch.nn.Linear):
     over a few tokens costs little more than over one. A single row is duplicated into two:
     the matrix-vector kernel it would otherwise get runs on one core (a decoding step of
     SmolLM2-135M on 2 cores: 50 ms as matrix-vector products, 32 ms as two-row products).
-    Same weights, same result up to float rounding; long prefills keep ``F.linear``.
+    Outputs are row-major, as ``F.linear``'s are: the fused CPU attention kernel needs its
+    queries so. Same weights, same result up to float rounding; long prefills keep
+    ``F.linear``.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -63,7 +65,7 @@ class _FewRowLinear(torch.nn.Linear):
             out = (self.weight @ flat.expand(2, -1).contiguous().t())[:, :1]
         else:
             out = self.weight @ flat.t()
-        out = out.t().contiguous()  # row-major, as F.linear returns: attention kernels need it
+        out = out.t().contiguous()
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
@@ -141,7 +143,7 @@ class TransformersLM:
         tokenizer: its tokenizer.
         name: a display name.
         device: "auto" or a torch device; the model is moved there.
-        few_row_matmul: on the CPU, compute linear layers over 2 to 64 rows as
+        few_row_matmul: on the CPU, compute linear layers over 1 to 64 rows as
             ``(W @ x.T).T`` (see `_FewRowLinear`): several times faster than the BLAS call
             behind ``F.linear`` for the few rows of decoding steps, CFG and verification.
     """
@@ -250,8 +252,11 @@ class TransformersLM:
     def _forward(
         self, stream: Stream, token_ids: list[int], last_only: bool = False
     ) -> torch.Tensor:
-        """Feed `token_ids` after the cached prefix; returns their (n, V) float32 log-probs
-        (only the last row's, (1, V), with `last_only`: a prefill skips the head elsewhere)."""
+        """Feed `token_ids` after the cached prefix; returns their (n, V) float32 log-probs.
+
+        With `last_only` (and a model that supports ``logits_to_keep``) only the last row is
+        computed, (1, V): a long prefill then skips the vocabulary head for every other token.
+        """
         from transformers import DynamicCache
 
         self._own_cache(stream)
