@@ -32,6 +32,7 @@ __all__ = ["Constraint", "Matcher"]
 
 _FINISHED = object()  # the state after EOS
 _MAX_FORCED_BACKOFF = 3  # forced tokens dropped at most from the end (token healing)
+_MAX_CACHED_STEPS = 2**18  # token transitions remembered per Constraint (cleared when full)
 
 
 class Constraint:
@@ -56,6 +57,7 @@ class Constraint:
             text: _special_id(vocab, text) for text in self.automaton.special_texts
         }
         self._special_texts = {i: text for text, i in self._special_ids.items()}
+        self._steps: dict[tuple[Hashable, int], Hashable | None] = {}
 
     def start(self) -> Matcher:
         """A fresh Matcher at the start of the text."""
@@ -96,12 +98,26 @@ class Constraint:
         return mask
 
     def _step(self, state: Hashable, token: int) -> Hashable | None:
-        """The state after a text or special token (not EOS), or None if it is not allowed."""
+        """The state after a text or special token (not EOS), or None if it is not allowed.
+
+        Cached by ``(state, token)``: a sampler checks a token and then advances with it, and
+        states recur within and across sequences.
+        """
+        key = (state, token)
+        try:
+            return self._steps[key]
+        except KeyError:
+            pass
         special = self._special_texts.get(token)
         if special is not None:
-            return self.automaton.step_special(state, special)
-        data = self.vocab.token_bytes(token)
-        return self.automaton.step(state, data) if data else None
+            nxt = self.automaton.step_special(state, special)
+        else:
+            data = self.vocab.token_bytes(token)
+            nxt = self.automaton.step(state, data) if data else None
+        if len(self._steps) >= _MAX_CACHED_STEPS:
+            self._steps.clear()
+        self._steps[key] = nxt
+        return nxt
 
     @property
     def cached_states(self) -> int:
