@@ -116,6 +116,8 @@ SCHEMAS = [
     },
     {"not": {"type": "object", "required": ["a"]}},
     {"type": "string", "pattern": "^[-\\S]{2}$"},  # \S inside a class
+    # many unanchored alternatives: one shared padding, not one per alternative
+    {"type": "string", "pattern": "UTC|(Africa/[A-Za-z]+)|(Asia/[a-z]+)|^x|y$|^ab$|" * 3 + "Z"},
 ]
 
 INSTANCES = [
@@ -147,6 +149,12 @@ INSTANCES = [
     "ab",
     "a b",
     " -",
+    "in Asia/tokyo now",
+    "Asia/",
+    "Africa/X",
+    "xa",
+    "ay",
+    "yx",
     "abcd",
     "abcde",
     "ab-12",

@@ -587,17 +587,25 @@ def _number_literal(v: Decimal) -> str:
 
 def _search(pattern: Any) -> str:
     """ECMA-262 `pattern` semantics (a search, not a full match) as a full-match regex: each
-    top-level alternative is padded with "anything" on the sides it is not anchored."""
+    top-level alternative is padded with "anything" on the sides it is not anchored.
+
+    Alternatives anchored alike share one padding (``.*(?:a|b).*``, not ``.*a.*|.*b.*``), so the
+    DFA tracks one "matched" state instead of one per alternative and their combinations.
+    """
     if not isinstance(pattern, str):
         raise RegexError(f"a pattern must be a string, not {pattern!r}", str(pattern), None)
-    out = []
+    groups: dict[tuple[bool, bool], list[str]] = {}
     for alt in _top_level_alternatives(pattern):
-        start = "" if alt.startswith("^") else f"{ANY_CHAR}*"
+        anchored_start = alt.startswith("^")
         anchored_end = alt.endswith("$") and not _escaped(alt, len(alt) - 1)
-        end = "" if anchored_end else f"{ANY_CHAR}*"
-        core = alt[1:] if alt.startswith("^") else alt
+        core = alt[1:] if anchored_start else alt
         core = core[:-1] if anchored_end else core
-        out.append(f"{start}(?:{core}){end}")
+        groups.setdefault((anchored_start, anchored_end), []).append(f"(?:{core})")
+    out = []
+    for (anchored_start, anchored_end), cores in groups.items():
+        start = "" if anchored_start else f"{ANY_CHAR}*"
+        end = "" if anchored_end else f"{ANY_CHAR}*"
+        out.append(f"{start}(?:{'|'.join(cores)}){end}")
     return "|".join(out)
 
 
