@@ -350,6 +350,22 @@ def test_strings_use_one_encoding_and_escapes_count_as_one_character():
 
 
 @pytest.mark.parametrize(
+    ("low", "high"), [(0, 300), (300, 300), (290, 333), (290, None), (1000, 131072)]
+)
+def test_long_length_bounds_are_counted_exactly(low, high):
+    schema = {"type": "string", "minLength": low}
+    if high is not None:
+        schema["maxLength"] = high
+    grammar = cn.Grammar.from_json_schema(schema)
+    limit = high if high is not None else low + 100
+    lengths = {low - 1, low, low + 1, limit - 1, limit, limit + 1, 31, 32, 33, 320, 321, 0}
+    for n in sorted(k for k in lengths if 0 <= k <= 2000):
+        text = json.dumps(("ab\né\"" * n)[:n], ensure_ascii=False)
+        valid = low <= n and (high is None or n <= high)
+        assert grammar.matches(text) == valid, (n, text[:40])
+
+
+@pytest.mark.parametrize(
     ("annotation", "good", "bad"),
     [
         ("Point", '{"x":1,"y":2.5,"label":null}', '{"x":1,"y":2.5,"label":3}'),

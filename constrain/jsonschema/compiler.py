@@ -166,28 +166,35 @@ class _Emitter:
 
     def counted_string(self, lengths: Lengths) -> str:
         """Strings of low..high characters, counted in chunks of `_CHUNK` characters: a chunk
-        lexeme is exactly that long, so the lexer never has to guess where one ends."""
+        lexeme is exactly that long, so the lexer never has to guess where one ends.
+
+        A chain over the chunks read so far (size linear in high / _CHUNK): after n chunks the
+        string ends with a tail of the characters still allowed, or reads another chunk; once
+        the minimum is behind and there is no maximum, chunks repeat in a left-recursive list
+        (whose parser states recur, so their masks are cached).
+        """
         key = ("text", lengths)
         if key in self.names:
             return self.names[key]
         name = self.names[key] = f"text{len(self.names)}"
         chunk = self.dfa_lexeme("chunk", _chunk_dfa(_CHUNK, _CHUNK, ""))
         low, high = lengths.low, lengths.high
-        most = None if high is None else high // _CHUNK
-        for n in range(0, (most if most is not None else low // _CHUNK + 1) + 1):
+        last = low // _CHUNK + 1 if high is None else high // _CHUNK
+        for n in range(last + 1):
+            here = f"{name}_{n}"
+            if high is None and n == last:  # any number of further chunks, then any tail
+                more = repeat(self.rules, f"{name}_more", (chunk,), 0, None)
+                tail = self.dfa_lexeme("tail", _chunk_dfa(0, _CHUNK - 1, '"'))
+                self.add(here, (more, tail))
+                break
             tail_low = max(0, low - n * _CHUNK)
-            tail_high = (
-                _CHUNK - 1 if high is None or high - n * _CHUNK >= _CHUNK else high - n * _CHUNK
-            )
-            unbounded = high is None and n == low // _CHUNK + 1
-            if unbounded:  # n or more chunks, then any tail
-                tail_low = 0
-            if tail_low > tail_high:
-                continue
-            tail = self.dfa_lexeme("tail", _chunk_dfa(tail_low, tail_high, '"'))
-            chunks = repeat(self.rules, f"{name}_{n}", (chunk,), n, None if unbounded else n)
-            self.defined.add(chunks)
-            self.add(name, (self.literal('"'), chunks, tail))
+            tail_high = min(_CHUNK - 1, high - n * _CHUNK) if high is not None else _CHUNK - 1
+            if tail_low <= tail_high:
+                self.add(here, (self.dfa_lexeme("tail", _chunk_dfa(tail_low, tail_high, '"')),))
+            if n < last:
+                self.add(here, (chunk, f"{name}_{n + 1}"))
+        self.close(f"{name}_{n}" for n in range(last + 1))
+        self.add(name, (self.literal('"'), f"{name}_0"))
         return name
 
     def array(self, a: ArrayShape, depth: int) -> str:
