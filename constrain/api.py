@@ -87,10 +87,11 @@ class GenerationResult:
             (dataclass, pydantic model, Enum member, ...); None when the text is incomplete or
             the constraint is not JSON.
         tokens: the generated token ids (EOS excluded).
-        finish_reason: "stop" (the constraint accepted and generation ended), "length"
-            (`max_tokens` ran out first) or "timeout" (the `timeout` passed first).
-        complete: True when the text is in the constraint's language; a "length" result is
-            marked incomplete, never silently invalid.
+        finish_reason: "stop" (the text ended: EOS, or only EOS could follow), "length"
+            (`max_tokens` ran out while the text could go on) or "timeout" (the `timeout`
+            passed first).
+        complete: True when the text is in the constraint's language; a text cut before it
+            is complete is marked incomplete, never silently invalid.
         log_weight: the sequence's importance weight for the model conditioned on the
             constraint: the sum of the token sampler's log-weights (LCD: log Z, the mass the
             constraint allowed; AWRS: an unbiased estimate of it); 0 for greedy decoding and
@@ -130,13 +131,18 @@ class Generator:
             formulas `cn.M(...)`, `cn.CyclicReflex`, warpers such as `cn.TopP`, any
             transformers processor in `cn.HFProcessor`), applied in stage order: control ->
             constraint -> temperature -> truncation.
-        max_tokens: generation stops after this many tokens; if the constraint has not accepted
-            by then, `finish_reason == "length"` and `complete` is False.
+        max_tokens: generation stops after this many tokens (EOS not counted); if the text is
+            not complete by then, `finish_reason == "length"` and `complete` is False.
+        fit_max_tokens: near the end of `max_tokens`, allow only tokens after which a shortest
+            completion of the text still fits (default True), so the text is closed within the
+            budget instead of being cut open. A strengthening of the constraint: every text it
+            allows is in the language. Applies to token samplers (not SMC or ASAp).
         temperature: softmax temperature; `greedy=True` takes the most likely allowed token.
         chat / system: apply the chat template (default: when the tokenizer has one), and an
             optional system message.
         timeout: seconds of decoding after which generation stops with finish reason
-            "timeout" (checked between steps; token samplers only).
+            "timeout" (checked between steps; token samplers only). With `fit_max_tokens`,
+            the time left also bounds the token budget, so the text is closed in time.
         speculative: `cn.Speculative(...)`: draft tokens (grammar-forced, prompt lookup, a
             draft model) verified in one target forward; the output distribution is exactly
             the non-speculative one (greedy: the same tokens). Verified positions are sampled
@@ -156,6 +162,7 @@ class Generator:
         sampler: str | TokenSampler | SMC | ASAp = "awrs",
         processors: Sequence[Processor] = (),
         max_tokens: int = 256,
+        fit_max_tokens: bool = True,
         temperature: float = 1.0,
         greedy: bool = False,
         chat: bool | None = None,
@@ -186,6 +193,7 @@ class Generator:
         self._json = schema is not None or type is not None
         self.sampler = sampler if isinstance(sampler, (SMC, ASAp)) else token_sampler(sampler)
         self.max_tokens = max_tokens
+        self.fit_max_tokens = fit_max_tokens
         self.temperature = temperature
         self.stack = ProcessorStack(processors, temperature)
         self.greedy = greedy
@@ -253,7 +261,11 @@ class Generator:
             ids = self._prompt_ids(prompt)
             stack = self._bound(prompt, ids)
             particles.append(
-                Particle(self.model.start(ids), self.constraint.start(), stack.start_terms())
+                Particle(
+                    self.model.start(ids),
+                    self.constraint.start(self.max_tokens if self.fit_max_tokens else None),
+                    stack.start_terms(),
+                )
             )
         options = dict(
             max_tokens=self.max_tokens,
@@ -266,15 +278,25 @@ class Generator:
         return particles, options, time.perf_counter() - t0
 
     def _steps(self, particles: list[Particle], options: dict) -> Iterator[list[Particle]]:
-        """`steps`, stopped with finish reason "timeout" once `timeout` seconds have passed."""
+        """`steps`, stopped with finish reason "timeout" once `timeout` seconds have passed.
+
+        With `fit_max_tokens`, the time left is also a token budget: each matcher's budget is
+        lowered to the steps that still fit before the deadline (at the recent step time), so
+        the text is closed in time instead of being cut by the timeout.
+        """
         t0 = time.perf_counter()
         for current in steps(self.model, particles, self.sampler, **options):
             yield current
-            if self.timeout is not None and time.perf_counter() - t0 > self.timeout:
+            if self.timeout is None:
+                continue
+            elapsed = time.perf_counter() - t0
+            if elapsed > self.timeout:
                 for p in current:
                     if p.running:
                         p.finish("timeout", f"decoding took more than {self.timeout} s")
                 return
+            if self.fit_max_tokens:
+                _budget_by_deadline(current, self.timeout - elapsed)
 
     def _result(self, particle: Particle, t_call: float, prefill_s: float) -> GenerationResult:
         if particle.finish_reason == "dead":
@@ -414,6 +436,22 @@ class TextStream:
         if tail:
             yield tail
         self.result = gen._result(particle, t_call, prefill_s)
+
+
+_DEADLINE_MARGIN = 0.85  # the share of the time left that the deadline budget plans to use
+_STEP_WINDOW = 8  # recent steps whose mean time predicts the next ones
+
+
+def _budget_by_deadline(particles: list[Particle], seconds_left: float) -> None:
+    """Lower each running particle's token budget to the steps that fit in `seconds_left`."""
+    for p in particles:
+        recent = p.step_s[-_STEP_WINDOW:]
+        if not p.running or not recent:
+            continue
+        steps_left = int(_DEADLINE_MARGIN * seconds_left * len(recent) / sum(recent))
+        budget = p.matcher.n_tokens + steps_left
+        if p.matcher.max_tokens is None or budget < p.matcher.max_tokens:
+            p.matcher.max_tokens = budget
 
 
 def _validator(schema, type_):

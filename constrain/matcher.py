@@ -23,6 +23,7 @@ from collections.abc import Hashable
 
 import numpy as np
 
+from constrain.completion import shortest_completion
 from constrain.errors import GrammarError, InvalidTokenError, VocabularyError
 from constrain.grammar import Grammar
 from constrain.slices import slices_of
@@ -33,6 +34,8 @@ __all__ = ["Constraint", "Matcher"]
 _FINISHED = object()  # the state after EOS
 _MAX_FORCED_BACKOFF = 3  # forced tokens dropped at most from the end (token healing)
 _MAX_CACHED_STEPS = 2**18  # token transitions remembered per Constraint (cleared when full)
+_BUDGET_WINDOW = 256  # a budget filters tokens once fewer are left than this + the shortest completion
+_MAX_COMPLETION = 4096  # completions searched at most this many bytes deep
 
 
 class Constraint:
@@ -58,10 +61,35 @@ class Constraint:
         }
         self._special_texts = {i: text for text, i in self._special_ids.items()}
         self._steps: dict[tuple[Hashable, int], Hashable | None] = {}
+        self._completions: dict[Hashable, tuple[int, int | None] | None] = {}
 
-    def start(self) -> Matcher:
-        """A fresh Matcher at the start of the text."""
-        return Matcher(self, [self.automaton.start])
+    def start(self, max_tokens: int | None = None) -> Matcher:
+        """A fresh Matcher at the start of the text.
+
+        Args:
+            max_tokens: a token budget (EOS not counted): the Matcher then allows only tokens
+                after which the text can still be completed within it (see `Matcher`).
+        """
+        return Matcher(self, [self.automaton.start], max_tokens)
+
+    def completion(self, state: Hashable) -> tuple[int, int | None] | None:
+        """A shortest completion of `state`: ``(tokens, first token)`` of its bytes tokenized
+        (``(0, None)`` when the state accepts); None when no completion of at most
+        `_MAX_COMPLETION` bytes was found or its tokenization does not spell it. Cached."""
+        try:
+            return self._completions[state]
+        except KeyError:
+            pass
+        text = shortest_completion(self.automaton, state, _MAX_COMPLETION)
+        plan = None
+        if text == b"":
+            plan = (0, None)
+        elif text is not None:
+            ids = _tokenize(self.vocab, text)
+            if b"".join(self.vocab.token_bytes(t) for t in ids) == text:
+                plan = (len(ids), ids[0])
+        self._completions[state] = plan
+        return plan
 
     def mask_for(self, state: Hashable) -> np.ndarray:
         """Allowed next tokens at automaton `state` (bool, shape (vocab.size,), read-only, cached).
@@ -134,13 +162,23 @@ class Constraint:
 
 
 class Matcher:
-    """One sequence's state in a `Constraint`: check, advance, mask, roll back, fork."""
+    """One sequence's state in a `Constraint`: check, advance, mask, roll back, fork.
 
-    __slots__ = ("constraint", "_states")
+    With a token budget (``max_tokens``, which a caller may lower while generating) the language
+    shrinks to the texts that fit it: near the end of the budget (once fewer than ``256 +`` the
+    shortest completion's tokens are left) a token is allowed only if a shortest completion
+    after it still fits in the tokens left, so a generation cut by the budget ends with a
+    complete text. The filter is off where it cannot help: when no completion fits any more,
+    when a token lengthens the shortest completion by more than 256 tokens at once, or in a
+    state whose completion is not found within 4096 bytes.
+    """
 
-    def __init__(self, constraint: Constraint, states: list):
+    __slots__ = ("constraint", "_states", "max_tokens")
+
+    def __init__(self, constraint: Constraint, states: list, max_tokens: int | None = None):
         self.constraint = constraint
         self._states = states
+        self.max_tokens = max_tokens
 
     # -- queries (no state change) --------------------------------------------------------------
 
@@ -166,10 +204,13 @@ class Matcher:
         c = self.constraint
         if token in c._eos:
             return c.automaton.accepting(state)
-        mask = c._masks.get(state)
-        if mask is not None:
-            return 0 <= token < len(mask) and bool(mask[token])
-        return c._step(state, token) is not None
+        budget = self._budget()
+        if budget is None:
+            mask = c._masks.get(state)
+            if mask is not None:
+                return 0 <= token < len(mask) and bool(mask[token])
+        nxt = c._step(state, token)
+        return nxt is not None and (budget is None or self._fits(budget, token, nxt))
 
     def accepting(self) -> bool:
         """EOS is allowed now: the text so far is in the language."""
@@ -186,7 +227,16 @@ class Matcher:
         state = self._states[-1]
         if state is _FINISHED:
             return np.zeros(self.constraint.vocab.size, dtype=bool)
-        return self.constraint.mask_for(state)
+        c = self.constraint
+        mask = c.mask_for(state)
+        budget = self._budget()
+        if budget is None:
+            return mask
+        mask = mask.copy()
+        for token in np.flatnonzero(mask).tolist():
+            if token not in c._eos and not self._fits(budget, token, c._step(state, token)):
+                mask[token] = False
+        return mask
 
     def forced_bytes(self) -> bytes:
         """The bytes the grammar allows unambiguously next (empty when there is a choice)."""
@@ -231,7 +281,8 @@ class Matcher:
                     return
             else:
                 nxt = c._step(state, token)
-                if nxt is not None:
+                budget = self._budget()
+                if nxt is not None and (budget is None or self._fits(budget, token, nxt)):
                     self._states.append(nxt)
                     return
         raise InvalidTokenError(self._why_invalid(token))
@@ -255,7 +306,32 @@ class Matcher:
 
     def fork(self) -> Matcher:
         """An independent copy (shares the Constraint and its caches)."""
-        return Matcher(self.constraint, list(self._states))
+        return Matcher(self.constraint, list(self._states), self.max_tokens)
+
+    def _budget(self) -> tuple[int, int | None] | None:
+        """``(tokens left after the next one, the token starting a shortest completion)`` when
+        the budget filters the next token; None when it does not: no budget, more than the
+        window away from it, or no completion fits any more (the text will be cut)."""
+        if self.max_tokens is None:
+            return None
+        plan = self.constraint.completion(self._states[-1])
+        if plan is None:
+            return None
+        needed, first = plan
+        left = self.max_tokens - self.n_tokens
+        if needed > left or left >= needed + _BUDGET_WINDOW:
+            return None
+        return left - 1, first
+
+    def _fits(self, budget: tuple[int, int | None], token: int, nxt: Hashable) -> bool:
+        """`token` (leading to state `nxt`) leaves a completion within the budget. The token
+        that starts this state's shortest completion always does, so the filter never leaves
+        a feasible text without a way to finish."""
+        room, first = budget
+        if token == first:
+            return True
+        plan = self.constraint.completion(nxt)
+        return plan is not None and plan[0] <= room
 
     def _why_invalid(self, token: int) -> str:
         c = self.constraint
@@ -264,6 +340,11 @@ class Matcher:
             return f"token {token} {where}: the sequence already ended with EOS"
         if token in c._eos:
             return f"EOS {where}: the text so far is not complete in the grammar"
+        if self._budget() is not None and c._step(self._states[-1], token) is not None:
+            return (
+                f"token {token} {where}: no completion after it fits in max_tokens="
+                f"{self.max_tokens}"
+            )
         if token in c._special_texts:
             return f"special token {c._special_texts[token]} {where}: the grammar does not expect it here"
         special = next((text for text, i in c.vocab.special_ids.items() if i == token), None)

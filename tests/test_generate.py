@@ -169,3 +169,44 @@ def test_generate_argument_errors(tiny_model):
 def test_timeout_stops_generation(tiny_model):
     out = cn.generate(tiny_model, "x", regex=r"[a-z]{400}", timeout=0.0, chat=False, seed=0)
     assert out.finish_reason == "timeout" and not out.complete and len(out.tokens) == 1
+
+
+def test_budget_closes_json_that_plain_cutting_leaves_open(tiny_model):
+    """A random-weight model rambles in open strings and arrays: cut by max_tokens, its JSON is
+    incomplete; with `fit_max_tokens` (the default) every output closes in time and validates."""
+    schema = {
+        "type": "object",
+        "properties": {"notes": {"type": "array", "items": {"type": "string"}}},
+        "required": ["notes"],
+    }
+    cut, fitted = 0, 0
+    for seed in range(8):
+        options = dict(schema=schema, max_tokens=24, seed=seed, chat=False)
+        plain = cn.generate(tiny_model, "x", fit_max_tokens=False, **options)
+        cut += not plain.complete
+        out = cn.generate(tiny_model, "x", **options)
+        assert out.complete and len(out.tokens) <= 24, out.text
+        jsonschema.validate(out.value, schema)
+        fitted += out.finish_reason == "stop"
+    assert cut >= 4  # the budget matters here: without it most texts are cut open
+    assert fitted >= 4
+
+
+def test_deadline_lowers_the_budget():
+    """The time left becomes a token budget at the recent step time, with a margin, and only
+    ever lowers it."""
+    from constrain.api import _budget_by_deadline
+    from constrain.samplers.sequence import Particle
+
+    constraint = cn.Constraint(cn.Grammar.from_regex("[a-z]+"), _letters_vocab())
+    p = Particle(stream=None, matcher=constraint.start(max_tokens=1000))
+    p.step_s = [0.1] * 8
+    _budget_by_deadline([p], seconds_left=2.0)
+    assert p.matcher.max_tokens == 17  # 0.85 * 2.0 s / 0.1 s
+    _budget_by_deadline([p], seconds_left=30.0)
+    assert p.matcher.max_tokens == 17
+
+
+def _letters_vocab() -> cn.Vocabulary:
+    tokens = [bytes([c]) for c in range(ord("a"), ord("z") + 1)] + [None]
+    return cn.Vocabulary(tokens, eos_ids=[len(tokens) - 1])

@@ -184,3 +184,63 @@ def test_vocabulary_that_cannot_spell_the_grammar_is_reported():
     m.advance(0)
     with pytest.raises(cn.VocabularyError, match="b'z'"):
         m.mask()
+
+
+BUDGETED = [
+    (cn.Grammar.from_regex, r'\[("[a-z]{1,8}"(, "[a-z]{1,8}")*)?\]'),
+    (cn.Grammar.from_json_schema, {"type": "array", "items": {"type": "string"}}),
+    (
+        cn.Grammar.from_json_schema,
+        {
+            "type": "object",
+            "properties": {"tags": {"type": "array", "items": {"type": "string"}}},
+            "required": ["tags"],
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize("build, spec", BUDGETED)
+@pytest.mark.parametrize("budget", [6, 12, 30])
+def test_budget_closes_the_text_in_time(smollm_vocab: Vocabulary, build, spec, budget):
+    """With a token budget, every random walk through the allowed tokens ends complete within
+    it: the filter closes the text in time and never leaves it without a way to finish."""
+    constraint = cn.Constraint(build(spec), smollm_vocab)
+    needed, _ = constraint.completion(constraint.start().state)
+    assert needed <= budget  # the shortest text fits
+    eos = set(smollm_vocab.eos_ids)
+    rng = np.random.default_rng(budget)
+    for _ in range(12):
+        m, walk = constraint.start(max_tokens=budget), []
+        for _ in range(budget):
+            allowed = np.flatnonzero(m.mask()).tolist()
+            assert allowed, f"no way to finish after {smollm_vocab.decode_bytes(walk)!r}"
+            # prefer text over EOS so walks run into the budget
+            text = [t for t in allowed if t not in eos]
+            token = int(rng.choice(text or allowed))
+            assert m.check(token)
+            m.advance(token)
+            if m.finished():
+                break
+            walk.append(token)
+        assert m.accepting() or m.finished(), smollm_vocab.decode_bytes(walk)
+
+
+def test_budget_filter_matches_check_and_explains(smollm_vocab: Vocabulary):
+    """mask() and check() agree under a budget; advance() names the budget when it refuses."""
+    constraint = cn.Constraint(cn.Grammar.from_regex(r"[a-z]{0,40}\."), smollm_vocab)
+    m = constraint.start(max_tokens=1)
+    mask = m.mask()
+    free = constraint.start().mask()
+    assert 0 < mask.sum() < free.sum()  # only tokens that end with the final "." fit
+    for token in np.flatnonzero(free).tolist()[:3000]:
+        assert m.check(token) == bool(mask[token])
+    refused = int(np.flatnonzero(free & ~mask)[0])
+    with pytest.raises(cn.InvalidTokenError, match="max_tokens=1"):
+        m.advance(refused)
+
+
+def test_budget_is_off_when_nothing_fits(smollm_vocab: Vocabulary):
+    """A budget too small for any completion filters nothing: the text is cut, not killed."""
+    constraint = cn.Constraint(cn.Grammar.from_regex(r"[a-z]{50}"), smollm_vocab)
+    assert (constraint.start(max_tokens=3).mask() == constraint.start().mask()).all()

@@ -54,8 +54,9 @@ class StepStats:
 class Particle:
     """One sequence: its stream, matcher, generated tokens, log-weight and own counters.
 
-    `finish_reason` is None while it runs, then "stop" (EOS), "length" (max_tokens reached;
-    EOS forced with its weight when the text is complete, else weight -inf) or "dead" (no
+    `finish_reason` is None while it runs, then "stop" (EOS, or max_tokens reached where only
+    EOS could follow), "length" (max_tokens reached; EOS forced with its weight when the text
+    is complete, else weight -inf) or "dead" (no
     allowed token had non-zero probability; weight -inf).
     """
 
@@ -230,7 +231,8 @@ def finish_at_length(
     stats: StepStats,
 ) -> None:
     """`max_tokens` reached: EOS is forced where the text is complete (weighted by its
-    probability when `score_eos`, which costs one forward); elsewhere the weight is -inf."""
+    probability when `score_eos`, which costs one forward); elsewhere the weight is -inf.
+    The finish reason is "stop" where nothing but EOS could follow, else "length"."""
     complete = [p for p in particles if p.matcher.accepting()]
     if score_eos and complete:
         t0 = time.perf_counter()
@@ -244,8 +246,9 @@ def finish_at_length(
             particle.log_weight += float(torch.logsumexp(row[eos].double(), dim=-1))
     for particle in particles:
         if particle.matcher.accepting():
+            ended = particle.matcher.done()  # only EOS could follow: the text ended in time
             particle.matcher.advance(model.vocab.eos_ids[0])
-            particle.finish("length")
+            particle.finish("stop" if ended else "length")
         else:
             particle.log_weight = -math.inf
             particle.finish("length", "max_tokens reached before the text was complete")
