@@ -11,6 +11,7 @@ A `Matcher` never looks inside a grammar. It needs, for an opaque hashable *stat
 * ``admits(state, language)``: every string of a regular `language` keeps the state live, so a
   whole vocabulary slice is allowed without a walk (see `constrain.slices`);
 * ``forced_bytes(state)`` / ``expected_bytes(state)``: what the grammar forces or allows next;
+* ``completion(state)``: a shortest text that finishes a sentence (token budgets);
 * ``special_texts``, ``allowed_specials(state)``, ``step_special(state, text)``: special tokens
   (``<|im_end|>``) the grammar uses as terminals, those allowed next, and reading one.
 
@@ -50,6 +51,8 @@ class Automaton(Protocol):
 
     def expected_bytes(self, state: Hashable) -> list[int]: ...
 
+    def completion(self, state: Hashable) -> bytes | None: ...
+
     def allowed_specials(self, state: Hashable) -> frozenset[str]: ...
 
     def step_special(self, state: Hashable, text: str) -> Hashable | None: ...
@@ -81,6 +84,9 @@ class DFAAutomaton:
 
     def expected_bytes(self, state: int) -> list[int]:
         return [int(b) for b in np.flatnonzero(self._table[state])]
+
+    def completion(self, state: int) -> bytes:
+        return self.dfa.shortest_from(state)
 
     special_texts: frozenset[str] = frozenset()  # a regex never names special tokens
 

@@ -23,7 +23,6 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from constrain.completion import shortest_completion
 from constrain.errors import GrammarError, InvalidTokenError, VocabularyError
 from constrain.grammar import Grammar
 from constrain.slices import slices_of
@@ -35,7 +34,6 @@ _FINISHED = object()  # the state after EOS
 _MAX_FORCED_BACKOFF = 3  # forced tokens dropped at most from the end (token healing)
 _MAX_CACHED_STEPS = 2**18  # token transitions remembered per Constraint (cleared when full)
 _BUDGET_WINDOW = 256  # a budget filters tokens once fewer are left than this + the shortest completion
-_MAX_COMPLETION = 4096  # completions searched at most this many bytes deep
 
 
 class Constraint:
@@ -74,13 +72,13 @@ class Constraint:
 
     def completion(self, state: Hashable) -> tuple[int, int | None] | None:
         """A shortest completion of `state`: ``(tokens, first token)`` of its bytes tokenized
-        (``(0, None)`` when the state accepts); None when no completion of at most
-        `_MAX_COMPLETION` bytes was found or its tokenization does not spell it. Cached."""
+        (``(0, None)`` when the state accepts); None when the automaton finds none or its
+        tokenization does not spell it. Cached by state."""
         try:
             return self._completions[state]
         except KeyError:
             pass
-        text = shortest_completion(self.automaton, state, _MAX_COMPLETION)
+        text = self.automaton.completion(state)
         plan = None
         if text == b"":
             plan = (0, None)
@@ -170,7 +168,7 @@ class Matcher:
     after it still fits in the tokens left, so a generation cut by the budget ends with a
     complete text. The filter is off where it cannot help: when no completion fits any more,
     when a token lengthens the shortest completion by more than 256 tokens at once, or in a
-    state whose completion is not found within 4096 bytes.
+    state whose completion the automaton cannot find.
     """
 
     __slots__ = ("constraint", "_states", "max_tokens")

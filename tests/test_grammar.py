@@ -326,3 +326,50 @@ def test_terminals_that_longest_match_never_ends_are_rejected(text, trapped):
     else:
         with pytest.raises(GrammarError, match=f"terminal {trapped} can never end"):
             cn.Grammar.from_lark(text).automaton  # noqa: B018
+
+
+COMPLETION_SCHEMAS = [
+    {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 2},
+            "tags": {"type": "array", "items": {"enum": ["a", "bb"]}, "minItems": 1},
+            "child": {"$ref": "#"},
+        },
+        "required": ["name", "tags"],
+    },
+    {"type": "array", "items": {"type": "integer", "minimum": 10}, "minItems": 2},
+]
+
+
+@pytest.mark.parametrize(
+    "grammar",
+    [library.load(n) for n in library.names()]
+    + [cn.Grammar.from_json_schema(s) for s in COMPLETION_SCHEMAS]
+    + [cn.Grammar.from_regex(r"(ab|c)*d{2,3}")],
+    ids=library.names() + ["schema-recursive", "schema-array", "regex"],
+)
+def test_completions_are_shortest_sentences(grammar):
+    """From states along random prefixes of sentences, `completion` finishes a sentence and is
+    (nearly always) as short as a breadth-first search over bytes finds."""
+    from constrain.grammar.completion import search_completion
+
+    automaton = grammar.automaton
+    rng = np.random.default_rng(3)
+    checked = exact = 0
+    for _ in range(30):
+        if grammar.ir is not None:
+            text = random_text(grammar.ir, rng, max_depth=5).encode()
+        else:
+            text = b"ababcdd"
+        state = automaton.step(automaton.start, text[: int(rng.integers(0, len(text) + 1))])
+        completion = automaton.completion(state)
+        end = automaton.step(state, completion)
+        assert end is not None and automaton.accepting(end), (text, completion)
+        reference = search_completion(automaton, state, max_states=20_000)
+        if reference is not None:
+            # as short, but for the separators that stop longest match merging lexemes
+            assert len(reference) <= len(completion) <= 2 * len(reference), (completion, reference)
+            exact += len(completion) == len(reference)
+            checked += 1
+    assert checked >= 20 and exact >= 0.8 * checked

@@ -35,6 +35,7 @@ import weakref
 
 import numpy as np
 
+from constrain.grammar.completion import Completions
 from constrain.grammar.earley import ChartNode, EarleyParser
 from constrain.grammar.ir import GrammarIR
 from constrain.grammar.lexer import LexerDFA
@@ -74,6 +75,7 @@ class CFGAutomaton:
         self._lexers: dict[frozenset[int], LexerDFA] = {}
         self._pieces: weakref.WeakKeyDictionary[TokenTrie, dict] = weakref.WeakKeyDictionary()
         self._admits: dict[tuple[int, int, ByteDFA], bool] = {}
+        self._completions: Completions | None = None
         self.start = (self.parser.root, _FRESH)
         self._lexer(self.parser.root)
 
@@ -177,6 +179,12 @@ class CFGAutomaton:
             out.append(options[0])
             state = self.step(state, bytes(options))
         return bytes(out)
+
+    def completion(self, state: tuple) -> bytes | None:
+        """A shortest text that finishes a sentence from `state` (see `constrain.grammar.completion`)."""
+        if self._completions is None:
+            self._completions = Completions(self)
+        return self._completions.of(state)
 
     # -- masks --------------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ class ByteDFA:
         pattern: the source, for messages.
     """
 
-    __slots__ = ("transitions", "accepting", "start", "pattern", "_rows", "_classes")
+    __slots__ = ("transitions", "accepting", "start", "pattern", "_rows", "_classes", "_first")
 
     def __init__(self, transitions: np.ndarray, accepting: np.ndarray, start: int, pattern: str):
         self.transitions = transitions
@@ -50,6 +50,7 @@ class ByteDFA:
         self.pattern = pattern
         self._rows: list[list[int] | None] = [None] * len(transitions)
         self._classes: np.ndarray | None = None
+        self._first: np.ndarray | None = None
         transitions.flags.writeable = False
         accepting.flags.writeable = False
 
@@ -98,6 +99,17 @@ class ByteDFA:
                     depth[t] = max(depth[t], depth[q] + 1)
         return max(d for q, d in enumerate(depth) if self.accepting[q])
 
+    def shortest_from(self, state: int) -> bytes:
+        """A shortest string leading from live `state` to acceptance (ties broken towards
+        letters and digits, then printable ASCII)."""
+        if self._first is None:
+            self._first = first_bytes_to_accept(self.transitions, self.accepting)
+        out = bytearray()
+        while self._first[state] >= 0:
+            out.append(int(self._first[state]))
+            state = self._row(state)[out[-1]]
+        return bytes(out)
+
     def _row(self, state: int) -> list[int]:
         row = self._rows[state]
         if row is None:
@@ -141,6 +153,41 @@ class ByteDFA:
 
 
 _WEIGHTS = np.zeros(0, dtype=np.int64)
+
+
+def _byte_preference() -> np.ndarray:
+    alnum = [b for b in range(256) if chr(b).isascii() and chr(b).isalnum()]
+    printable = [b for b in range(0x20, 0x7F) if b not in alnum]
+    rest = [b for b in range(256) if b not in alnum and b not in printable]
+    return np.array(alnum + printable + rest)
+
+
+# the order in which shortest strings break ties: letters and digits, other printable ASCII,
+# the rest (so they read naturally and tokenize like text)
+BYTE_PREFERENCE = _byte_preference()
+
+
+def first_bytes_to_accept(transitions: np.ndarray, accepting: np.ndarray) -> np.ndarray:
+    """Per state of a DFA (dead state 0): the first byte of a shortest string to acceptance
+    (-1 at accepting states and where acceptance is unreachable)."""
+    n = len(transitions)
+    big = np.iinfo(np.int64).max // 2
+    dist = np.where(accepting, 0, big).astype(np.int64)
+    dist[0] = big
+    ordered = transitions[:, BYTE_PREFERENCE]
+    for _ in range(n):
+        best = dist[ordered].min(axis=1) + 1
+        best[0] = big
+        new = np.minimum(dist, best)
+        if np.array_equal(new, dist):
+            break
+        dist = new
+    first = np.full(n, -1, dtype=np.int64)
+    todo = (dist > 0) & (dist < big)
+    if todo.any():
+        column = np.argmax(dist[ordered[todo]] == (dist[todo] - 1)[:, None], axis=1)
+        first[todo] = BYTE_PREFERENCE[column]
+    return first
 
 
 def _weights(n: int) -> np.ndarray:

@@ -1,0 +1,286 @@
+"""Shortest completions of parser states: the fewest bytes that finish a sentence.
+
+A token budget (`Matcher` with ``max_tokens``) needs, for the state after each candidate token,
+how much text is still owed. A byte-by-byte search would explore every short continuation of
+the text (in a JSON string, every character) before it finds the closing brackets; instead the
+answer is read off the grammar's structure.
+
+* Every symbol has a shortest yield: a lexeme the shortest string of its DFA, a nonterminal the
+  cheapest of its rules (a fixpoint). ``rest[d]`` is the shortest yield of the symbols after
+  the dot of dotted rule `d`.
+* ``owed(N, A)``: the fewest bytes that finish the sentence once nonterminal `A`, predicted in
+  Earley node `N`, has been completed. An item ``(d, o)`` of `N` waiting for `A` moves its dot
+  and then owes ``rest[d + 1]`` plus ``owed(o, lhs(d))``. Origins are earlier nodes (a node's
+  origins exist before it is built, and interning never makes a cycle), so they are solved
+  first; items predicted in `N` itself link nonterminals of the same node, solved together
+  by Dijkstra's algorithm.
+* A state ``(node, s)`` owes the shortest way to end the lexeme in progress (a search of the
+  lexer's DFA from `s`, one answer per set of lexemes that can end it) plus what the node
+  reached then owes: the cheapest item ``(d, o)`` with ``rest[d] + owed(o, lhs(d))``.
+
+Gluing shortest yields can lex differently from the derivation (longest match may merge two
+lexemes, as in ``None`` ``else``), so every answer is checked by running the automaton over
+it; a failed check retries with the shortest ignored text (a space) between lexemes, then
+falls back to a bounded breadth-first search over bytes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+import numpy as np
+
+from constrain.grammar.earley import ChartNode, _waiting
+from constrain.regex import ByteDFA
+from constrain.regex.dfa import BYTE_PREFERENCE
+
+__all__ = ["Completions", "search_completion"]
+
+_INF = float("inf")
+_SEARCH_STATES = 4_000  # states the fallback search visits at most
+
+
+def _shortest(dfa: ByteDFA) -> bytes | None:
+    return None if dfa.is_empty() else dfa.shortest_from(dfa.start)
+
+
+class Completions:
+    """Shortest completions of a `CFGAutomaton`'s states (see the module docstring)."""
+
+    def __init__(self, automaton):
+        self.automaton = automaton
+        parser = automaton.parser
+        self.next_sym, self.lhs = parser.next_sym, parser.lhs
+        self.start_nt = parser.lhs[0]
+        lexemes = [
+            None if lx.special is not None else _shortest(lx.dfa) for lx in automaton.lexeme_table
+        ]
+        self._lexemes = lexemes
+        self._nts, self._rule_of = self._nonterminals()
+        self.rest = self._rests()
+        self._rest_pieces: dict[int, tuple[bytes, ...]] = {}
+        ignored = [lexemes[i] for i in automaton.ignore if lexemes[i]]
+        self._separator = min(ignored, key=lambda t: (len(t), t != b" ")) if ignored else None
+        self._owed: dict[ChartNode, dict[int, tuple[float, int, ChartNode | None]]] = {}
+        self._endings: dict[tuple[int, int], list[tuple[int, bytes]]] = {}
+
+    # -- symbols ----------------------------------------------------------------------------
+
+    def _cost(self, sym: int, nts: list[float]) -> float:
+        if sym >= 0:
+            return nts[sym]
+        text = self._lexemes[~sym]
+        return _INF if text is None else len(text)
+
+    def _rests(self, nts: list[float] | None = None) -> list[float]:
+        nts = self._nts if nts is None else nts
+        rest = [0.0] * len(self.next_sym)
+        for d in range(len(self.next_sym) - 1, -1, -1):
+            sym = self.next_sym[d]
+            rest[d] = 0.0 if sym is None else self._cost(sym, nts) + rest[d + 1]
+        return rest
+
+    def _nonterminals(self) -> tuple[list[float], dict[int, int]]:
+        """Shortest yield length of every nonterminal and the rule (first dotted index) giving
+        it; only strict improvements are taken, so the chosen rules never form a cycle."""
+        starts = [d for d in range(len(self.next_sym)) if d == 0 or self.next_sym[d - 1] is None]
+        nts = [_INF] * (max(self.lhs) + 1)
+        rule_of: dict[int, int] = {}
+        changed = True
+        while changed:
+            changed = False
+            rest = self._rests(nts)
+            for d0 in starts:
+                a = self.lhs[d0]
+                if rest[d0] < nts[a]:
+                    nts[a], rule_of[a] = rest[d0], d0
+                    changed = True
+        return nts, rule_of
+
+    def rest_pieces(self, d: int) -> tuple[bytes, ...]:
+        """The shortest yield of the symbols after the dot of dotted rule `d`, one piece per
+        lexeme."""
+        found = self._rest_pieces.get(d)
+        if found is not None:
+            return found
+        out = []
+        stack = [d]  # dotted positions still to spell, innermost last
+        while stack:
+            e = stack.pop()
+            sym = self.next_sym[e]
+            if sym is None:
+                continue
+            stack.append(e + 1)
+            if sym < 0:
+                out.append(self._lexemes[~sym])
+            else:
+                stack.append(self._rule_of[sym])
+        self._rest_pieces[d] = found = tuple(out)
+        return found
+
+    # -- parser nodes -----------------------------------------------------------------------
+
+    def _solve(self, node: ChartNode) -> dict[int, tuple[float, int, ChartNode | None]]:
+        """``owed(node, A)`` for every A waiting in `node`, origins first."""
+        stack = [node]
+        while stack:  # depth first: a node is solved once all its origins are (a DAG)
+            n = stack[-1]
+            if n in self._owed:
+                stack.pop()
+                continue
+            pending = [o for _, o in n.items if o is not None and o not in self._owed]
+            if pending:
+                stack.extend(pending)
+            else:
+                self._owed[stack.pop()] = self._solve_one(n)
+        return self._owed[node]
+
+    def _solve_one(self, node: ChartNode) -> dict[int, tuple[float, int, ChartNode | None]]:
+        next_sym, lhs, rest = self.next_sym, self.lhs, self.rest
+        best: dict[int, tuple[float, int, ChartNode | None]] = {}
+        inner: dict[int, list[tuple[int, int]]] = {}  # lhs B -> (A waiting, d) predicted here
+        heap: list[tuple[float, int]] = []
+        for a, waiting in _waiting(node, next_sym).items():
+            for d, o in waiting:
+                b = lhs[d]
+                if o is None and b != self.start_nt:
+                    inner.setdefault(b, []).append((a, d))
+                    continue
+                cost = rest[d + 1] + (0.0 if b == self.start_nt else self._owed[o][b][0])
+                if cost < best.get(a, (_INF,))[0]:
+                    best[a] = (cost, d, o)
+                    heapq.heappush(heap, (cost, a))
+        done = set()
+        while heap:
+            cost, b = heapq.heappop(heap)
+            if b in done:
+                continue
+            done.add(b)
+            for a, d in inner.get(b, ()):
+                total = rest[d + 1] + cost
+                if total < best.get(a, (_INF,))[0]:
+                    best[a] = (total, d, None)
+                    heapq.heappush(heap, (total, a))
+        return best
+
+    def _owed_pieces(self, node: ChartNode, a: int) -> list[bytes]:
+        out = []
+        while True:
+            _, d, o = self._solve(node)[a]
+            out += self.rest_pieces(d + 1)
+            if self.lhs[d] == self.start_nt:
+                return out
+            node, a = (node if o is None else o), self.lhs[d]
+
+    def node_completion(self, node: ChartNode) -> tuple[float, list[bytes] | None]:
+        """The shortest text that finishes the sentence from `node` (no lexeme in progress),
+        as its length and one piece per lexeme."""
+        self._solve(node)
+        best, pick = _INF, None
+        for d, o in node.items:
+            b = self.lhs[d]
+            if b == self.start_nt:
+                cost = self.rest[d]
+            else:
+                entry = self._owed[node if o is None else o].get(b)
+                cost = self.rest[d] + (entry[0] if entry else _INF)
+            if cost < best:
+                best, pick = cost, (d, o)
+        if pick is None:
+            return _INF, None
+        d, o = pick
+        pieces = list(self.rest_pieces(d))
+        if self.lhs[d] != self.start_nt:
+            pieces += self._owed_pieces(node if o is None else o, self.lhs[d])
+        return best, pieces
+
+    # -- states -----------------------------------------------------------------------------
+
+    def _lexeme_endings(self, lexer, s: int) -> list[tuple[int, bytes]]:
+        """For the lexeme in progress at lexer state `s`: one shortest way to end it per tag
+        (set of lexemes it then matches), found breadth first over the lexer's DFA."""
+        key = (lexer.uid, s)
+        found = self._endings.get(key)
+        if found is not None:
+            return found
+        found, tags_seen = [], set()
+        parents = {s: None}
+        queue = deque([s])
+        table = lexer.transitions
+        while queue:
+            q = queue.popleft()
+            tag = int(lexer.tag[q])
+            if tag and tag not in tags_seen:
+                tags_seen.add(tag)
+                found.append((tag, _path(parents, q)))
+            successors, at = np.unique(table[q, BYTE_PREFERENCE], return_index=True)
+            for i in np.argsort(at).tolist():  # in the order of their first byte
+                t = int(successors[i])
+                if t and t not in parents:
+                    parents[t] = (q, int(BYTE_PREFERENCE[at[i]]))
+                    queue.append(t)
+        self._endings[key] = found
+        return found
+
+    def of(self, state: tuple) -> bytes | None:
+        """A shortest completion of `state`, checked against the automaton (glued lexemes that
+        longest match would merge are separated by the shortest ignored text, e.g. a space);
+        None if none is found."""
+        automaton = self.automaton
+        node, s = state
+        if s == 0:  # no lexeme in progress
+            options = [(b"", node)]
+        else:
+            lexer = automaton._lexer(node)
+            options = []
+            for tag, suffix in self._lexeme_endings(lexer, s):
+                after = automaton._end(node, lexer.tag_sets[tag])
+                if after is not None:
+                    options.append((suffix, after))
+        best, parts = _INF, None
+        for suffix, after in options:
+            cost, pieces = self.node_completion(after)
+            if pieces is not None and len(suffix) + cost < best:
+                best, parts = len(suffix) + cost, [suffix, *pieces] if s else pieces
+        if parts is not None:
+            for glue in (b"", self._separator):
+                if glue is None:
+                    continue
+                text = glue.join(parts)
+                end = automaton.step(state, text)
+                if end is not None and automaton.accepting(end):
+                    return text
+        return search_completion(automaton, state)
+
+
+def _path(parents: dict, end) -> bytes:
+    out = bytearray()
+    link = parents[end]
+    while link is not None:
+        here, byte = link
+        out.append(byte)
+        link = parents[here]
+    return bytes(reversed(out))
+
+
+def search_completion(automaton, state, max_states: int = _SEARCH_STATES) -> bytes | None:
+    """The shortest bytes taking `state` to acceptance, by breadth-first search through the
+    `Automaton` interface; None when none is found within `max_states` states."""
+    if automaton.accepting(state):
+        return b""
+    parents = {state: None}
+    queue = deque([state])
+    while queue:
+        here = queue.popleft()
+        for byte in automaton.expected_bytes(here):
+            nxt = automaton.step(here, bytes((byte,)))
+            if nxt is None or nxt in parents:
+                continue
+            parents[nxt] = (here, byte)
+            if automaton.accepting(nxt):
+                return _path(parents, nxt)
+            if len(parents) > max_states:
+                return None
+            queue.append(nxt)
+    return None
