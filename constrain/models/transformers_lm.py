@@ -163,7 +163,10 @@ class TransformersLM:
             for module in self.hf_model.modules():
                 if type(module) is torch.nn.Linear:
                     module.__class__ = _FewRowLinear
-        self._keeps_logits = "logits_to_keep" in inspect.signature(self.hf_model.forward).parameters
+        parameters = inspect.signature(self.hf_model.forward).parameters
+        self._keeps_logits = "logits_to_keep" in parameters
+        # the KV cache argument: `cache` since transformers 5.x, `past_key_values` before
+        self._cache_arg = "cache" if "cache" in parameters else "past_key_values"
         self.tokenizer = tokenizer
         self.name = name or getattr(hf_model.config, "name_or_path", "") or type(hf_model).__name__
         self._vocab = None
@@ -266,9 +269,9 @@ class TransformersLM:
         extra = {"logits_to_keep": 1} if last_only and self._keeps_logits else {}
         with torch.inference_mode():
             out = self.hf_model(
-                input_ids=ids, past_key_values=stream._cache, use_cache=True, **extra
+                input_ids=ids, use_cache=True, **{self._cache_arg: stream._cache}, **extra
             )
-        stream._cache = out.past_key_values
+        stream._cache = _cache_of(out)
         stream._n_fed += len(token_ids)
         return torch.log_softmax(out.logits[0].float(), dim=-1)
 
@@ -419,10 +422,10 @@ class TransformersLM:
                 input_ids=ids,
                 attention_mask=mask if padded else None,
                 position_ids=positions if padded else None,
-                past_key_values=batch.cache,
                 use_cache=True,
+                **{self._cache_arg: batch.cache},
             )
-        batch.cache, batch.mask = out.past_key_values, mask
+        batch.cache, batch.mask = _cache_of(out), mask
         rows = []
         for row, (stream, new) in enumerate(zip(streams, pending)):
             stream._cache = None
@@ -550,3 +553,9 @@ def _renumbered(block: torch.nn.Module, index: int) -> torch.nn.Module:
     if hasattr(twin, "layer_idx"):
         twin.layer_idx = index
     return twin
+
+
+def _cache_of(output):
+    """The KV cache of a forward's output (`cache` since transformers 5.x)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
