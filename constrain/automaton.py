@@ -58,6 +58,23 @@ class Automaton(Protocol):
     def step_special(self, state: Hashable, text: str) -> Hashable | None: ...
 
 
+class TextCheck(Protocol):
+    """A condition on the text that an automaton cannot express (no duplicate JSON keys,
+    unique items), checked beside it by the `Matcher` on immutable states of its own.
+
+    ``feed(state, data)`` is the state after `data`, or None when `data` breaks the condition;
+    ``armed(state)`` says whether some next token could break it, and ``terminators`` are the
+    bytes without which a token never can (so a mask is filtered only where needed).
+    """
+
+    start: Hashable
+    terminators: frozenset[int]
+
+    def feed(self, state: Hashable, data: bytes) -> Hashable | None: ...
+
+    def armed(self, state: Hashable) -> bool: ...
+
+
 class DFAAutomaton:
     """A minimal byte DFA (dead state 0, every other state live) as an `Automaton`."""
 

@@ -60,6 +60,7 @@ class Constraint:
         self._special_texts = {i: text for text, i in self._special_ids.items()}
         self._steps: dict[tuple[Hashable, int], Hashable | None] = {}
         self._completions: dict[Hashable, tuple[int, int | None] | None] = {}
+        self._sensitive: np.ndarray | None = None  # tokens holding a byte of check.terminators
 
     def start(self, max_tokens: int | None = None) -> Matcher:
         """A fresh Matcher at the start of the text.
@@ -68,7 +69,8 @@ class Constraint:
             max_tokens: a token budget (EOS not counted): the Matcher then allows only tokens
                 after which the text can still be completed within it (see `Matcher`).
         """
-        return Matcher(self, [self.automaton.start], max_tokens)
+        check = self.grammar.check
+        return Matcher(self, [self.automaton.start], max_tokens, None if check is None else [check.start])
 
     def completion(self, state: Hashable) -> tuple[int, int | None] | None:
         """A shortest completion of `state`: ``(tokens, first token)`` of its bytes tokenized
@@ -145,6 +147,21 @@ class Constraint:
         self._steps[key] = nxt
         return nxt
 
+    def sensitive_tokens(self) -> np.ndarray:
+        """Ids of the text tokens that can break the grammar's text check (a terminator byte)."""
+        if self._sensitive is None:
+            stops = bytes(sorted(self.grammar.check.terminators))
+            vocab = self.vocab
+            self._sensitive = np.array(
+                [
+                    t
+                    for t in range(vocab.size)
+                    if (data := vocab.token_bytes(t)) and any(b in stops for b in data)
+                ],
+                dtype=np.int64,
+            )
+        return self._sensitive
+
     @property
     def cached_states(self) -> int:
         """Number of automaton states whose mask is cached."""
@@ -171,12 +188,20 @@ class Matcher:
     state whose completion the automaton cannot find.
     """
 
-    __slots__ = ("constraint", "_states", "max_tokens")
+    __slots__ = ("constraint", "_states", "max_tokens", "_texts", "_fed")
 
-    def __init__(self, constraint: Constraint, states: list, max_tokens: int | None = None):
+    def __init__(
+        self,
+        constraint: Constraint,
+        states: list,
+        max_tokens: int | None = None,
+        texts: list | None = None,
+    ):
         self.constraint = constraint
         self._states = states
         self.max_tokens = max_tokens
+        self._texts = texts  # the grammar's text-check states, beside `_states` (None: no check)
+        self._fed: tuple = (None, None, None)  # (texts state, token, its successor): check -> advance
 
     # -- queries (no state change) --------------------------------------------------------------
 
@@ -203,12 +228,14 @@ class Matcher:
         if token in c._eos:
             return c.automaton.accepting(state)
         budget = self._budget()
-        if budget is None:
+        if budget is None and self._texts is None:
             mask = c._masks.get(state)
             if mask is not None:
                 return 0 <= token < len(mask) and bool(mask[token])
         nxt = c._step(state, token)
-        return nxt is not None and (budget is None or self._fits(budget, token, nxt))
+        if nxt is None or (budget is not None and not self._fits(budget, token, nxt)):
+            return False
+        return self._texts is None or self._text_after(token) is not None
 
     def accepting(self) -> bool:
         """EOS is allowed now: the text so far is in the language."""
@@ -228,13 +255,33 @@ class Matcher:
         c = self.constraint
         mask = c.mask_for(state)
         budget = self._budget()
-        if budget is None:
+        if budget is None and self._texts is None:
             return mask
-        mask = mask.copy()
-        for token in np.flatnonzero(mask).tolist():
-            if token not in c._eos and not self._fits(budget, token, c._step(state, token)):
-                mask[token] = False
+        if budget is not None:
+            mask = mask.copy()
+            for token in np.flatnonzero(mask).tolist():
+                if token not in c._eos and not self._fits(budget, token, c._step(state, token)):
+                    mask[token] = False
+        if self._texts is not None and c.grammar.check.armed(self._texts[-1]):
+            sensitive = c.sensitive_tokens()
+            candidates = sensitive[mask[sensitive]]
+            mask = mask.copy() if budget is None else mask
+            for token in candidates.tolist():
+                if self._text_after(token) is None:
+                    mask[token] = False
         return mask
+
+    def mask_key(self) -> Hashable | None:
+        """A key under which `mask()` may be cached across sequences (the automaton state), or
+        None while the mask also depends on this sequence (a budget or text check filters it)."""
+        state = self._states[-1]
+        if state is _FINISHED:
+            return state
+        if self._budget() is not None:
+            return None
+        if self._texts is not None and self.constraint.grammar.check.armed(self._texts[-1]):
+            return None
+        return state
 
     def forced_bytes(self) -> bytes:
         """The bytes the grammar allows unambiguously next (empty when there is a choice)."""
@@ -275,15 +322,25 @@ class Matcher:
         if state is not _FINISHED:
             if token in c._eos:
                 if c.automaton.accepting(state):
-                    self._states.append(_FINISHED)
+                    self._push(_FINISHED, None if self._texts is None else self._texts[-1])
                     return
             else:
                 nxt = c._step(state, token)
                 budget = self._budget()
                 if nxt is not None and (budget is None or self._fits(budget, token, nxt)):
-                    self._states.append(nxt)
-                    return
+                    if self._texts is None:
+                        self._states.append(nxt)
+                        return
+                    text = self._text_after(token)
+                    if text is not None:
+                        self._push(nxt, text)
+                        return
         raise InvalidTokenError(self._why_invalid(token))
+
+    def _push(self, state: Hashable, text) -> None:
+        self._states.append(state)
+        if self._texts is not None:
+            self._texts.append(text)
 
     def advance_many(self, tokens: list[int]) -> None:
         """Consume several tokens; on an invalid one nothing is consumed."""
@@ -292,7 +349,7 @@ class Matcher:
             for t in tokens:
                 self.advance(t)
         except InvalidTokenError:
-            del self._states[start:]
+            self.rollback(len(self._states) - start)
             raise
 
     def rollback(self, n: int = 1) -> None:
@@ -301,10 +358,13 @@ class Matcher:
             raise ValueError(f"cannot roll back {n} tokens: only {len(self._states) - 1} consumed")
         if n:
             del self._states[-n:]
+            if self._texts is not None:
+                del self._texts[-n:]
 
     def fork(self) -> Matcher:
         """An independent copy (shares the Constraint and its caches)."""
-        return Matcher(self.constraint, list(self._states), self.max_tokens)
+        texts = None if self._texts is None else list(self._texts)
+        return Matcher(self.constraint, list(self._states), self.max_tokens, texts)
 
     def _budget(self) -> tuple[int, int | None] | None:
         """``(tokens left after the next one, the token starting a shortest completion)`` when
@@ -331,6 +391,18 @@ class Matcher:
         plan = self.constraint.completion(nxt)
         return plan is not None and plan[0] <= room
 
+    def _text_after(self, token: int):
+        """The text-check state after `token` (None: it breaks the check); remembered for the
+        last token asked, so `advance` after `check` feeds it once."""
+        here = self._texts[-1]
+        fed_here, fed_token, after = self._fed
+        if fed_here is here and fed_token == token:
+            return after
+        data = self.constraint.vocab.token_bytes(token)
+        after = self.constraint.grammar.check.feed(here, data) if data else here
+        self._fed = (here, token, after)
+        return after
+
     def _why_invalid(self, token: int) -> str:
         c = self.constraint
         where = f"after {self.n_tokens} tokens"
@@ -343,6 +415,8 @@ class Matcher:
                 f"token {token} {where}: no completion after it fits in max_tokens="
                 f"{self.max_tokens}"
             )
+        if self._texts is not None and c._step(self._states[-1], token) is not None:
+            return f"token {token} {where}: it completes a duplicate key or a repeated unique item"
         if token in c._special_texts:
             return f"special token {c._special_texts[token]} {where}: the grammar does not expect it here"
         special = next((text for text, i in c.vocab.special_ids.items() if i == token), None)

@@ -26,8 +26,8 @@ def test_test_suite_counts_groups_and_invalid_acceptances(tmp_path, smollm_vocab
         },
         {
             "description": "unsupported",
-            "schema": {"uniqueItems": True},
-            "tests": [{"description": "dup", "data": [1, 1], "valid": False}],
+            "schema": {"pattern": "(?=a)b"},
+            "tests": [{"description": "b", "data": "b", "valid": False}],
         },
         {
             "description": "wrong expectation",  # the harness must flag an accepted invalid
@@ -45,7 +45,7 @@ def test_test_suite_counts_groups_and_invalid_acceptances(tmp_path, smollm_vocab
         "wrong expectation": False,
     }
     reasons = {r["group"]: r.get("reason", "") for r in records}
-    assert "[uniqueItems]" in reasons["unsupported"]
+    assert "[pattern]" in reasons["unsupported"]
     assert sum(r["invalid_accepted"] for r in records) == 1
     assert "**2/4**" in conformance.test_suite_table(records)
 
@@ -55,10 +55,12 @@ def test_maskbench_passes_fails_and_errors(tmp_path):
     schemas.mkdir(parents=True)
     (tmp_path / "maskbench").mkdir()
     (schemas / "a.json").write_text(json.dumps({"type": "object", "required": ["x"]}))
-    (schemas / "b.json").write_text(json.dumps({"type": "array", "uniqueItems": True}))
+    (schemas / "b.json").write_text(json.dumps({"type": "string", "pattern": "(?=a)b"}))
+    (schemas / "c.json").write_text(json.dumps({"type": "array", "uniqueItems": True}))
     lines = [
         {"id": "a", "valid": [{"x": 1}], "invalid": [{}, [1]]},
-        {"id": "b", "valid": [[1]], "invalid": [[1, 1]]},
+        {"id": "b", "valid": ["b"], "invalid": ["a"]},
+        {"id": "c", "valid": [[1, [1]]], "invalid": [[1, 1.0], [[1], [1]]]},
     ]
     (tmp_path / "maskbench" / "Tiny.jsonl").write_text("\n".join(map(json.dumps, lines)))
     jobs = conformance.maskbench_jobs(tmp_path, ["Tiny"], None)
@@ -66,9 +68,9 @@ def test_maskbench_passes_fails_and_errors(tmp_path):
         jobs, "smollm2-135m-instruct", {"whitespace": "default"}, 1, 10.0
     )
     status = {r["id"]: r["status"] for r in records}
-    assert status == {"a": "pass", "b": "error"}
-    assert records[1]["keyword"] == "uniqueItems"
+    assert status == {"a": "pass", "b": "error", "c": "pass"}
+    assert records[1]["keyword"] == "pattern"
     assert records[0]["mask"] and records[0]["check"]  # timed at every step
     table, by_keyword = conformance.maskbench_table(records)
-    assert "| Tiny | 2 | 1 | 50.0 | 1 |" in table
-    assert "`uniqueItems` 1" in by_keyword
+    assert "| Tiny | 3 | 2 | 66.7 | 1 |" in table
+    assert "`pattern` 1" in by_keyword

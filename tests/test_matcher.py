@@ -244,3 +244,21 @@ def test_budget_is_off_when_nothing_fits(smollm_vocab: Vocabulary):
     """A budget too small for any completion filters nothing: the text is cut, not killed."""
     constraint = cn.Constraint(cn.Grammar.from_regex(r"[a-z]{50}"), smollm_vocab)
     assert (constraint.start(max_tokens=3).mask() == constraint.start().mask()).all()
+
+
+def test_filtered_masks_are_not_shared_through_the_device_cache(smollm_vocab: Vocabulary):
+    """A budget narrows one sequence's mask only: LCD's mask cache never hands it to another
+    sequence in the same automaton state, nor the other way round."""
+    import torch
+
+    from constrain.samplers.lcd import LCD
+
+    constraint = cn.Constraint(cn.Grammar.from_regex(r"[a-z]{0,40}\."), smollm_vocab)
+    free, tight = constraint.start(), constraint.start(max_tokens=1)
+    assert free.mask_key() == free.state and tight.mask_key() is None
+    lcd = LCD()
+    cpu = torch.device("cpu")
+    first = lcd.device_mask(free, cpu).numpy()
+    np.testing.assert_array_equal(lcd.device_mask(tight, cpu).numpy(), tight.mask())
+    np.testing.assert_array_equal(lcd.device_mask(free, cpu).numpy(), first)
+    assert tight.mask().sum() < first.sum()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from constrain.automaton import Automaton, DFAAutomaton
+from constrain.automaton import Automaton, DFAAutomaton, TextCheck
 from constrain.errors import GrammarError
 from constrain.grammar.cfg import CFGAutomaton
 from constrain.grammar.ir import GrammarIR
@@ -25,6 +25,8 @@ class Grammar:
         self.kind = kind
         self.source = source
         self.ir: GrammarIR | None = None
+        # what the automaton cannot say, checked on the text beside it (see `TextCheck`)
+        self.check: TextCheck | None = None
 
     @classmethod
     def from_regex(
@@ -121,10 +123,12 @@ class Grammar:
         """
         from constrain.jsonschema import compile_schema
 
-        ir = compile_schema(
+        ir, check = compile_schema(
             schema, whitespace=whitespace, indent=indent, any_order=any_order, lenient=lenient
         )
-        return cls.from_ir(ir, kind="json_schema")
+        grammar = cls.from_ir(ir, kind="json_schema")
+        grammar.check = check
+        return grammar
 
     @classmethod
     def from_type(cls, annotation, **options) -> Grammar:
@@ -163,7 +167,9 @@ class Grammar:
         data = text.encode("utf-8") if isinstance(text, str) else text
         a = self._automaton
         state = a.step(a.start, data)
-        return state is not None and a.accepting(state)
+        if state is None or not a.accepting(state):
+            return False
+        return self.check is None or self.check.feed(self.check.start, data) is not None
 
     def __repr__(self) -> str:
         src = self.source if len(self.source) <= 60 else self.source[:57] + "..."

@@ -22,6 +22,7 @@ from typing import Any
 from constrain.errors import UnsupportedSchemaError
 from constrain.grammar.ir import GrammarIR, Lexeme, Rule, repeat
 from constrain.jsonschema import shapes
+from constrain.jsonschema.checks import JsonChecks, checks_for
 from constrain.jsonschema.normalize import Normalizer
 from constrain.jsonschema.shapes import (
     ANY_CHAR,
@@ -340,8 +341,9 @@ def compile_schema(
     any_order: bool = False,
     lenient: bool = False,
     max_rules: int = 100_000,
-) -> GrammarIR:
-    """Compile a JSON Schema (a dict, a bool or JSON text) to the grammar IR.
+) -> tuple[GrammarIR, JsonChecks | None]:
+    """Compile a JSON Schema (a dict, a bool or JSON text) to the grammar IR, and the text
+    check for what a grammar cannot say (no duplicate keys, `uniqueItems`; None if not needed).
 
     Args:
         whitespace: "compact" (none), "default" (up to 40 spaces/newlines around punctuation,
@@ -384,4 +386,5 @@ def compile_schema(
         warnings.warn(
             "lenient JSON Schema compile dropped: " + "; ".join(normalizer.dropped), stacklevel=2
         )
-    return GrammarIR("start", emitter.rules, emitter.lexemes, [], source=json.dumps(schema)[:200])
+    ir = GrammarIR("start", emitter.rules, emitter.lexemes, [], source=json.dumps(schema)[:200])
+    return ir, checks_for(root)

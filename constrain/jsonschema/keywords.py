@@ -39,7 +39,8 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "not": ("partial", "complement of scalars always; of arrays and objects unless it needs "
             "\"some extra key / item has a bad value\" (then UnsupportedSchemaError)"),
     "if / then / else": ("partial", "(if and then) or (not if and else); as `not`"),
-    "properties": ("exact", "output in schema order (any order with `any_order=True`)"),
+    "properties": ("exact", "output in schema order (any order with `any_order=True`); no "
+                   "object repeats a key (extra keys are checked on the text)"),
     "required": ("exact", ""),
     "additionalProperties": ("exact", "extra keys exclude declared names and patterns exactly"),
     "patternProperties": ("exact", "overlapping patterns split into disjoint key regions"),
@@ -54,8 +55,11 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "contains / minContains / maxContains": ("exact", "items split into matching / not "
                                              "matching, counted in the grammar"),
     "unevaluatedItems": ("partial", "as unevaluatedProperties; `contains` annotations ignored"),
-    "uniqueItems": ("partial", "`false`, or `true` with maxItems <= 1; otherwise "
-                    "UnsupportedSchemaError (not context-free in general)"),
+    "uniqueItems": ("exact", "not context-free, so checked on the text beside the grammar: "
+                    "a token completing a repeated item (compared as JSON values) is refused; "
+                    "enforced where any `anyOf` branch asks for it; `not` of it is "
+                    "UnsupportedSchemaError; no lookahead (a dead end is possible when every "
+                    "continuation repeats)"),
     "minLength / maxLength": ("exact", "code points; escapes count as one character; long "
                               "bounds counted in the grammar in 32-character chunks"),
     "pattern": ("exact", "ECMA-262 search semantics (Unicode `\\s`, `\\S` also inside a "

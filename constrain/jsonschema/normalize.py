@@ -377,10 +377,7 @@ class Normalizer:
         contains = None
         if "contains" in s:
             contains = self.shape(s["contains"], f"{ptr}/contains", scope)
-        unique = s.get("uniqueItems") is True
-        if unique and (s.get("maxItems") is None or s["maxItems"] > 1):
-            self.unsupported("uniqueItems: true is not supported yet", "uniqueItems", ptr)
-            unique = False
+        unique = s.get("uniqueItems") is True  # checked on the text (jsonschema.checks)
         return ArrayShape(
             prefix=heads,
             items=rest,

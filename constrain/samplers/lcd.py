@@ -34,9 +34,12 @@ class LCD:
         )
 
     def device_mask(self, matcher: Matcher, device: torch.device) -> torch.Tensor:
-        """The matcher's mask as a bool tensor on `device` (cached by automaton state)."""
+        """The matcher's mask as a bool tensor on `device` (cached by `Matcher.mask_key`)."""
+        state = matcher.mask_key()
+        if state is None:
+            return torch.from_numpy(matcher.mask().copy()).to(device)
         cache = self._device_masks.setdefault(matcher.constraint, OrderedDict())
-        key = (matcher.state, device)
+        key = (state, device)
         mask = cache.get(key)
         if mask is None:
             mask = torch.from_numpy(matcher.mask().copy()).to(device)

@@ -1,0 +1,294 @@
+"""Checks a grammar cannot make: no duplicate keys, and `uniqueItems`.
+
+"Every key of an object differs" and "every item of an array differs" are not context-free, so
+the compiled grammar leaves them out and this *text check* runs beside it: a small JSON scanner
+that follows the document as tokens arrive, remembers the keys of each open object and the items
+of each open array that must be unique, and refuses a token that completes a duplicate (`Matcher`
+consults it in `check`, `advance` and `mask`). Its states are immutable, so rollback and fork
+are free.
+
+Which arrays must be unique comes from the schema's normal form (`Shape`s): the scanner follows
+the instance through the shapes (property -> value shape, position -> item shape). Where several
+alternatives could apply (`anyOf`) and one of them requires unique items, uniqueness is enforced:
+narrower, never wider. Items compare as JSON values (``1 == 1.0``, objects regardless of member
+order); keys compare after unescaping.
+
+The check refuses a token only when a key or item *completes* as a duplicate; it does not look
+ahead, so a generation can reach a point where every continuation repeats an earlier item (an
+array of two booleans that must hold three unique items). The sampler then reports the dead end.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+from constrain.jsonschema.shapes import ArrayShape, ObjectShape, Shape
+
+__all__ = ["JsonChecks", "checks_for"]
+
+# scanner modes
+_VALUE, _KEY, _COLON, _AFTER, _STRING, _KEYSTR, _SCALAR, _END = range(8)
+_WS = frozenset(b" \t\n\r")
+_SCALAR_END = frozenset(b" \t\n\r,]}")
+# bytes that can complete a key or an item: tokens without them cannot break the check
+TERMINATORS = frozenset(b'" \t\n\r,]}')
+
+
+class _Object:
+    __slots__ = ("shapes", "seen", "key")
+
+    def __init__(self, shapes: tuple[ObjectShape, ...] | None, seen: frozenset, key: str | None):
+        self.shapes, self.seen, self.key = shapes, seen, key
+
+
+class _Array:
+    __slots__ = ("shapes", "unique", "seen", "index")
+
+    def __init__(self, shapes: tuple[ArrayShape, ...] | None, unique: bool, seen: frozenset, index: int):
+        self.shapes, self.unique, self.seen, self.index = shapes, unique, seen, index
+
+
+class _State:
+    """Where the scanner is: mode, open containers (innermost last), the text of the key or
+    string in progress, and the texts of the items in progress of unique arrays."""
+
+    __slots__ = ("mode", "frames", "text", "escaped", "captures")
+
+    def __init__(self, mode: int, frames: tuple, text: bytes, escaped: bool, captures: tuple):
+        self.mode, self.frames, self.text = mode, frames, text
+        self.escaped, self.captures = escaped, captures
+
+    def but(self, **changes) -> _State:
+        state = _State(self.mode, self.frames, self.text, self.escaped, self.captures)
+        for name, value in changes.items():
+            setattr(state, name, value)
+        return state
+
+
+class JsonChecks:
+    """The text check of a JSON Schema grammar (see the module docstring).
+
+    Args:
+        root: the schema's normal form, to find the arrays that must be unique; None when no
+            array needs it (only duplicate keys are checked then, without following shapes).
+    """
+
+    terminators = TERMINATORS
+
+    def __init__(self, root: Shape | None):
+        self.root = root
+        self.start = _State(_VALUE, (), b"", False, ())
+
+    # -- the text check interface -------------------------------------------------------------
+
+    def feed(self, state: _State, data: bytes) -> _State | None:
+        """The state after `data`, or None when it completes a duplicate key or item."""
+        i = 0
+        n = len(data)
+        while i < n:
+            mode = state.mode
+            if mode == _STRING or mode == _KEYSTR:
+                i, state = self._string_run(state, data, i)
+                if state is None:
+                    return None
+                continue
+            b = data[i]
+            i += 1
+            state = self._byte(state, b)
+            if state is None:
+                return None
+        return state
+
+    def armed(self, state: _State) -> bool:
+        """Whether some next token could be refused: a key is due or in progress in an object
+        with keys, or an item of a unique array that has items is due or in progress."""
+        if not state.frames:
+            return False
+        top = state.frames[-1]
+        if isinstance(top, _Object) and top.seen and state.mode in (_KEY, _KEYSTR):
+            return True
+        return any(
+            isinstance(f, _Array) and f.unique and f.seen for f in state.frames
+        )
+
+    # -- scanning -------------------------------------------------------------------------------
+
+    def _string_run(self, state: _State, data: bytes, i: int) -> tuple[int, _State | None]:
+        """Consume string bytes up to and including the closing quote (if in `data`)."""
+        j = i
+        escaped = state.escaped
+        n = len(data)
+        while j < n:
+            b = data[j]
+            if escaped:
+                escaped = False
+            elif b == 0x5C:  # backslash
+                escaped = True
+            elif b == 0x22:  # closing quote
+                break
+            j += 1
+        chunk = data[i:j]
+        if j == n:  # still inside the string
+            return j, state.but(text=state.text + chunk, escaped=escaped, captures=_grow(state.captures, chunk))
+        text = state.text + chunk
+        state = state.but(text=b"", escaped=False, captures=_grow(state.captures, data[i : j + 1]))
+        if state.mode == _KEYSTR:
+            return j + 1, self._key_done(state, text)
+        return j + 1, self._value_done(state.but(mode=_AFTER))
+
+    def _byte(self, state: _State, b: int) -> _State | None:
+        mode = state.mode
+        if mode == _SCALAR:
+            if b in _SCALAR_END:
+                state = self._value_done(state.but(mode=_AFTER))
+                if state is None:
+                    return None
+                return self._byte(state, b)
+            return state.but(captures=_grow(state.captures, bytes((b,))))
+        if b in _WS:
+            return state
+        if mode == _VALUE:
+            return self._value_start(state, b)
+        if state.captures:  # punctuation inside an item being captured
+            state = state.but(captures=_grow(state.captures, bytes((b,))))
+        if mode == _KEY:
+            if b == 0x22:
+                return state.but(mode=_KEYSTR, text=b"")
+            if b == 0x7D:  # } of an empty object
+                return self._close(state)
+            return state  # the grammar rules out anything else
+        if mode == _COLON:
+            return state.but(mode=_VALUE) if b == 0x3A else state
+        if mode == _AFTER:
+            if b == 0x2C:  # ,
+                top = state.frames[-1] if state.frames else None
+                return state.but(mode=_KEY if isinstance(top, _Object) else _VALUE)
+            if b in (0x5D, 0x7D):  # ] }
+                return self._close(state)
+        return state
+
+    def _value_start(self, state: _State, b: int) -> _State | None:
+        if b == 0x5D:  # ] of an empty array
+            return self._close(state.but(captures=_grow(state.captures, b"]")))
+        captures = state.captures
+        if state.frames and isinstance(state.frames[-1], _Array) and state.frames[-1].unique:
+            captures = captures + ((len(state.frames), b""),)
+        captures = _grow(captures, bytes((b,)))
+        shapes = self._value_shapes(state)
+        if b == 0x7B:  # {
+            objects = None if shapes is None else _flatten(s.objects for s in shapes)
+            frame = _Object(objects, frozenset(), None)
+            return state.but(mode=_KEY, frames=state.frames + (frame,), captures=captures)
+        if b == 0x5B:  # [
+            arrays = None if shapes is None else _flatten(s.arrays for s in shapes)
+            unique = arrays is not None and any(a.unique for a in arrays)
+            frame = _Array(arrays, unique, frozenset(), 0)
+            return state.but(mode=_VALUE, frames=state.frames + (frame,), captures=captures)
+        if b == 0x22:
+            return state.but(mode=_STRING, text=b"", captures=captures)
+        return state.but(mode=_SCALAR, captures=captures)
+
+    def _value_shapes(self, state: _State) -> tuple[Shape, ...] | None:
+        """The shapes the value starting now may have (None: not followed)."""
+        if self.root is None:
+            return None
+        if not state.frames:
+            return (self.root,)
+        top = state.frames[-1]
+        if top.shapes is None:
+            return None
+        if isinstance(top, _Object):
+            found = (o.lookup(top.key).value for o in top.shapes)
+        else:
+            found = (a.item(top.index) for a in top.shapes)
+        return tuple({id(s): s for s in found}.values())
+
+    def _key_done(self, state: _State, text: bytes) -> _State | None:
+        top = state.frames[-1]
+        key = json.loads(b'"' + text + b'"')
+        if key in top.seen:
+            return None
+        frame = _Object(top.shapes, top.seen | {key}, key)
+        return state.but(mode=_COLON, frames=state.frames[:-1] + (frame,))
+
+    def _value_done(self, state: _State) -> _State | None:
+        """A value ended (mode already _AFTER): an item of an array counts, a unique one is
+        compared with the others."""
+        if not state.frames:
+            return state.but(mode=_END)
+        top = state.frames[-1]
+        if not isinstance(top, _Array):
+            return state
+        captures = state.captures
+        seen = top.seen
+        if top.unique:
+            item = _canonical(json.loads(captures[-1][1], parse_float=Decimal, parse_int=Decimal))
+            if item in seen:
+                return None
+            seen = seen | {item}
+            captures = captures[:-1]
+        frame = _Array(top.shapes, top.unique, seen, top.index + 1)
+        return state.but(frames=state.frames[:-1] + (frame,), captures=captures)
+
+    def _close(self, state: _State) -> _State | None:
+        """The innermost container closed (its closing byte is already captured)."""
+        frames = state.frames[:-1]
+        state = state.but(mode=_AFTER, frames=frames)
+        return self._value_done(state)
+
+
+def _grow(captures: tuple, data: bytes) -> tuple:
+    """Append `data` to every item text being captured."""
+    if not captures:
+        return captures
+    return tuple((depth, text + data) for depth, text in captures)
+
+
+def _flatten(groups) -> tuple:
+    out = {}
+    for group in groups:
+        for x in group:
+            out[id(x)] = x
+    return tuple(out.values())
+
+
+def _canonical(value):
+    """A hashable form under which JSON values are equal exactly when JSON Schema says so."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, Decimal):
+        return ("n", value.normalize())
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, list):
+        return ("a", tuple(_canonical(v) for v in value))
+    if isinstance(value, dict):
+        return ("o", frozenset((k, _canonical(v)) for k, v in value.items()))
+    return ("z", None)
+
+
+def checks_for(root: Shape) -> JsonChecks | None:
+    """The text check a schema needs: none when no object takes extra keys (named keys never
+    repeat) and no array must be unique; shapes are followed only if some array must be."""
+    unique = extra = False
+    seen: set[int] = set()
+    todo = [root]
+    while todo:
+        shape = todo.pop()
+        if id(shape) in seen:
+            continue
+        seen.add(id(shape))
+        for a in shape.arrays:
+            unique = unique or a.unique
+            todo.extend(a.prefix)
+            todo.append(a.items)
+            if a.contains is not None:
+                todo.append(a.contains)
+        for o in shape.objects:
+            extra = extra or bool(o.regions)
+            todo.extend(p.value for p in o.named.values())
+            todo.extend(r.value for r in o.regions)
+    if not unique and not extra:
+        return None
+    return JsonChecks(root if unique else None)
