@@ -128,14 +128,16 @@ class JsonChecks:
             elif b == 0x22:  # closing quote
                 break
             j += 1
-        chunk = data[i:j]
+        mode = state.mode
+        key = mode == _KEYSTR  # only a key's text is kept (a value's is in the captures)
+        text = state.text + data[i:j] if key else b""
         if j == n:  # still inside the string
-            return j, state.but(text=state.text + chunk, escaped=escaped, captures=_grow(state.captures, chunk))
-        text = state.text + chunk
-        state = state.but(text=b"", escaped=False, captures=_grow(state.captures, data[i : j + 1]))
-        if state.mode == _KEYSTR:
-            return j + 1, self._key_done(state, text)
-        return j + 1, self._value_done(state.but(mode=_AFTER))
+            captures = _grow(state.captures, data[i:j])
+            return j, _State(mode, state.frames, text, escaped, captures)
+        captures = _grow(state.captures, data[i : j + 1])
+        if key:
+            return j + 1, self._key_done(_State(mode, state.frames, b"", False, captures), text)
+        return j + 1, self._value_done(_State(_AFTER, state.frames, b"", False, captures))
 
     def _byte(self, state: _State, b: int) -> _State | None:
         mode = state.mode
