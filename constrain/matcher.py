@@ -34,6 +34,8 @@ _FINISHED = object()  # the state after EOS
 _MAX_FORCED_BACKOFF = 3  # forced tokens dropped at most from the end (token healing)
 _MAX_CACHED_STEPS = 2**18  # token transitions remembered per Constraint (cleared when full)
 _BUDGET_WINDOW = 256  # a budget filters tokens once fewer are left than this + the shortest completion
+_OWED_AFTER_STATES = 64  # states whose per-token completion lengths are kept (200 KB each at 49k)
+_UNKNOWN = np.iinfo(np.int32).max
 
 
 class Constraint:
@@ -61,6 +63,7 @@ class Constraint:
         self._steps: dict[tuple[Hashable, int], Hashable | None] = {}
         self._completions: dict[Hashable, tuple[int, int | None] | None] = {}
         self._sensitive: np.ndarray | None = None  # tokens holding a byte of check.terminators
+        self._owed_after: OrderedDict[Hashable, np.ndarray] = OrderedDict()
 
     def start(self, max_tokens: int | None = None) -> Matcher:
         """A fresh Matcher at the start of the text.
@@ -90,6 +93,28 @@ class Constraint:
                 plan = (len(ids), ids[0])
         self._completions[state] = plan
         return plan
+
+    def owed_after(self, state: Hashable) -> np.ndarray:
+        """Per token allowed at `state`: the tokens of a shortest completion after it (int32,
+        shape (vocab.size,); a huge value where the token is not allowed or no completion is
+        known). Cached for the most recent states, so a budget filters a mask in one
+        comparison."""
+        found = self._owed_after.get(state)
+        if found is not None:
+            self._owed_after.move_to_end(state)
+            return found
+        owed = np.full(self.vocab.size, _UNKNOWN, dtype=np.int32)
+        for token in np.flatnonzero(self.mask_for(state)).tolist():
+            if token in self._eos:
+                owed[token] = 0
+                continue
+            plan = self.completion(self._step(state, token))
+            if plan is not None:
+                owed[token] = plan[0]
+        self._owed_after[state] = owed
+        if len(self._owed_after) > _OWED_AFTER_STATES:
+            self._owed_after.popitem(last=False)
+        return owed
 
     def mask_for(self, state: Hashable) -> np.ndarray:
         """Allowed next tokens at automaton `state` (bool, shape (vocab.size,), read-only, cached).
@@ -258,10 +283,10 @@ class Matcher:
         if budget is None and self._texts is None:
             return mask
         if budget is not None:
-            mask = mask.copy()
-            for token in np.flatnonzero(mask).tolist():
-                if token not in c._eos and not self._fits(budget, token, c._step(state, token)):
-                    mask[token] = False
+            room, first = budget
+            mask = mask & (c.owed_after(state) <= room)
+            if first is not None:
+                mask[first] = True
         if self._texts is not None and c.grammar.check.armed(self._texts[-1]):
             sensitive = c.sensitive_tokens()
             candidates = sensitive[mask[sensitive]]
