@@ -63,16 +63,15 @@ class TextCheck(Protocol):
     unique items), checked beside it by the `Matcher` on immutable states of its own.
 
     ``feed(state, data)`` is the state after `data`, or None when `data` breaks the condition;
-    ``armed(state)`` says whether some next token could break it, and ``terminators`` are the
-    bytes without which a token never can (so a mask is filtered only where needed).
+    ``risky(state)`` is the set of bytes a next token must hold to break it (empty when none
+    can), so checks and masks only look at those tokens.
     """
 
     start: Hashable
-    terminators: frozenset[int]
 
     def feed(self, state: Hashable, data: bytes) -> Hashable | None: ...
 
-    def armed(self, state: Hashable) -> bool: ...
+    def risky(self, state: Hashable) -> frozenset[int]: ...
 
 
 class DFAAutomaton:

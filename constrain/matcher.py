@@ -62,7 +62,7 @@ class Constraint:
         self._special_texts = {i: text for text, i in self._special_ids.items()}
         self._steps: dict[tuple[Hashable, int], Hashable | None] = {}
         self._completions: dict[Hashable, tuple[int, int | None] | None] = {}
-        self._sensitive: np.ndarray | None = None  # tokens holding a byte of check.terminators
+        self._holding: dict[frozenset[int], np.ndarray] = {}  # tokens holding some given bytes
         self._owed_after: OrderedDict[Hashable, np.ndarray] = OrderedDict()
 
     def start(self, max_tokens: int | None = None) -> Matcher:
@@ -172,20 +172,21 @@ class Constraint:
         self._steps[key] = nxt
         return nxt
 
-    def sensitive_tokens(self) -> np.ndarray:
-        """Ids of the text tokens that can break the grammar's text check (a terminator byte)."""
-        if self._sensitive is None:
-            stops = bytes(sorted(self.grammar.check.terminators))
+    def tokens_holding(self, data: frozenset[int]) -> np.ndarray:
+        """Ids of the text tokens holding at least one of the bytes `data` (cached)."""
+        found = self._holding.get(data)
+        if found is None:
             vocab = self.vocab
-            self._sensitive = np.array(
+            found = np.array(
                 [
                     t
                     for t in range(vocab.size)
-                    if (data := vocab.token_bytes(t)) and any(b in stops for b in data)
+                    if (text := vocab.token_bytes(t)) and not data.isdisjoint(text)
                 ],
                 dtype=np.int64,
             )
-        return self._sensitive
+            self._holding[data] = found
+        return found
 
     @property
     def cached_states(self) -> int:
@@ -260,7 +261,14 @@ class Matcher:
         nxt = c._step(state, token)
         if nxt is None or (budget is not None and not self._fits(budget, token, nxt)):
             return False
-        return self._texts is None or self._text_after(token) is not None
+        if self._texts is None:
+            return True
+        here = self._texts[-1]
+        risky = c.grammar.check.risky(here)
+        data = c.vocab.token_bytes(token)
+        if not data or risky.isdisjoint(data):
+            return True  # `advance` still feeds it
+        return self._text_after(token) is not None
 
     def accepting(self) -> bool:
         """EOS is allowed now: the text so far is in the language."""
@@ -287,8 +295,9 @@ class Matcher:
             mask = mask & (c.owed_after(state) <= room)
             if first is not None:
                 mask[first] = True
-        if self._texts is not None and c.grammar.check.armed(self._texts[-1]):
-            sensitive = c.sensitive_tokens()
+        risky = None if self._texts is None else c.grammar.check.risky(self._texts[-1])
+        if risky:
+            sensitive = c.tokens_holding(risky)
             candidates = sensitive[mask[sensitive]]
             mask = mask.copy() if budget is None else mask
             for token in candidates.tolist():
@@ -304,7 +313,7 @@ class Matcher:
             return state
         if self._budget() is not None:
             return None
-        if self._texts is not None and self.constraint.grammar.check.armed(self._texts[-1]):
+        if self._texts is not None and self.constraint.grammar.check.risky(self._texts[-1]):
             return None
         return state
 

@@ -459,3 +459,9 @@ def test_duplicate_keys_and_items_are_refused_token_by_token(smollm_vocab):
     m.rollback(m.n_tokens)
     m.advance_many(smollm_vocab.encode('{"tags":[3]'))
     assert m.check(smollm_vocab.encode(",")[0])
+    # a token may close an inner object and write a key of the outer one
+    m.advance_many(smollm_vocab.encode(',"x":{"y":1'))
+    brute = np.array([m.check(i) for i in range(smollm_vocab.size)])
+    np.testing.assert_array_equal(m.mask(), brute)
+    assert _accepts(constraint, '{"tags":[3],"x":{"y":1},"z":1}')
+    assert not _accepts(constraint, '{"tags":[3],"x":{"y":1},"x":1}')

@@ -31,8 +31,11 @@ __all__ = ["JsonChecks", "checks_for"]
 _VALUE, _KEY, _COLON, _AFTER, _STRING, _KEYSTR, _SCALAR, _END = range(8)
 _WS = frozenset(b" \t\n\r")
 _SCALAR_END = frozenset(b" \t\n\r,]}")
-# bytes that can complete a key or an item: tokens without them cannot break the check
-TERMINATORS = frozenset(b'" \t\n\r,]}')
+# the bytes a token must hold to complete a key (its closing quote), or an item (whatever ends
+# a value: a quote, a closing bracket, a comma or whitespace after a number)
+_KEY_ENDS = frozenset(b'"')
+_ITEM_ENDS = frozenset(b'" \t\n\r,]}')
+_SAFE: frozenset[int] = frozenset()
 
 
 class _Object:
@@ -53,11 +56,12 @@ class _State:
     """Where the scanner is: mode, open containers (innermost last), the text of the key or
     string in progress, and the texts of the items in progress of unique arrays."""
 
-    __slots__ = ("mode", "frames", "text", "escaped", "captures")
+    __slots__ = ("mode", "frames", "text", "escaped", "captures", "risky")
 
     def __init__(self, mode: int, frames: tuple, text: bytes, escaped: bool, captures: tuple):
         self.mode, self.frames, self.text = mode, frames, text
         self.escaped, self.captures = escaped, captures
+        self.risky: frozenset[int] | None = None  # cache of JsonChecks.risky
 
     def but(self, **changes) -> _State:
         state = _State(self.mode, self.frames, self.text, self.escaped, self.captures)
@@ -73,8 +77,6 @@ class JsonChecks:
         root: the schema's normal form, to find the arrays that must be unique; None when no
             array needs it (only duplicate keys are checked then, without following shapes).
     """
-
-    terminators = TERMINATORS
 
     def __init__(self, root: Shape | None):
         self.root = root
@@ -100,17 +102,21 @@ class JsonChecks:
                 return None
         return state
 
-    def armed(self, state: _State) -> bool:
-        """Whether some next token could be refused: a key is due or in progress in an object
-        with keys, or an item of a unique array that has items is due or in progress."""
-        if not state.frames:
-            return False
-        top = state.frames[-1]
-        if isinstance(top, _Object) and top.seen and state.mode in (_KEY, _KEYSTR):
-            return True
-        return any(
-            isinstance(f, _Array) and f.unique and f.seen for f in state.frames
-        )
+    def risky(self, state: _State) -> frozenset[int]:
+        """The bytes a next token must hold to be refused (empty: none can be): a closing quote
+        while some open object has keys (a token may close inner values and write a key of an
+        outer object), any value end while some unique array has items."""
+        risky = state.risky
+        if risky is None:
+            risky = _SAFE
+            for frame in state.frames:
+                if frame.seen:
+                    if isinstance(frame, _Array) and frame.unique:
+                        risky = _ITEM_ENDS
+                        break
+                    risky = _KEY_ENDS
+            state.risky = risky
+        return risky
 
     # -- scanning -------------------------------------------------------------------------------
 
