@@ -25,6 +25,7 @@ import torch
 
 from constrain.errors import ConstrainError
 from constrain.grammar import Grammar
+from constrain.jsonschema.compiler import draft_validator
 from constrain.jsonschema.types import schema_from_type
 from constrain.jsonschema.values import value_from_json
 from constrain.processors import Processor, ProcessorStack
@@ -188,7 +189,7 @@ class Generator:
             schema_options=schema_options,
         )
         self.compile_s = time.perf_counter() - t0
-        self._validator = _validator(schema, type)
+        self._validator = _validator(schema, type, (schema_options or {}).get("draft"))
         self._type = type
         self._json = schema is not None or type is not None
         self.sampler = sampler if isinstance(sampler, (SMC, ASAp)) else token_sampler(sampler)
@@ -454,15 +455,18 @@ def _budget_by_deadline(particles: list[Particle], seconds_left: float) -> None:
             p.matcher.max_tokens = budget
 
 
-def _validator(schema, type_):
-    """A jsonschema validator for the output, or None for constraints that are not JSON."""
+def _validator(schema, type_, draft: str | None = None):
+    """A jsonschema validator for the output (in `draft`, else the schema's own dialect), or
+    None for constraints that are not JSON."""
     if type_ is not None:
         schema = schema_from_type(type_)
     if schema is None:
         return None
     if isinstance(schema, str):
         schema = json.loads(schema)
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls = draft_validator(draft) if draft else None
+    if cls is None:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 

@@ -465,3 +465,17 @@ def test_duplicate_keys_and_items_are_refused_token_by_token(smollm_vocab):
     np.testing.assert_array_equal(m.mask(), brute)
     assert _accepts(constraint, '{"tags":[3],"x":{"y":1},"z":1}')
     assert not _accepts(constraint, '{"tags":[3],"x":{"y":1},"x":1}')
+
+
+def test_draft_option_overrides_the_declared_dialect():
+    """A draft-04 `$ref` replaces its siblings; read as 2020-12 the siblings apply too."""
+    schema = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "definitions": {"any": {}},
+        "properties": {"d": {"$ref": "#/definitions/any", "type": "object"}},
+    }
+    assert cn.Grammar.from_json_schema(schema).matches('{"d":"text"}')
+    modern = cn.Grammar.from_json_schema(schema, draft="2020-12")
+    assert not modern.matches('{"d":"text"}') and modern.matches('{"d":{}}')
+    with pytest.raises(ValueError, match="unknown draft"):
+        cn.Grammar.from_json_schema(schema, draft="draft-99")

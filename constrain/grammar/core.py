@@ -104,6 +104,7 @@ class Grammar:
         indent: int = 2,
         any_order: bool = False,
         lenient: bool = False,
+        draft: str | None = None,
     ) -> Grammar:
         """The JSON documents valid under `schema` (a dict, a bool or JSON text).
 
@@ -116,6 +117,8 @@ class Grammar:
                 (exactly ``json.dumps(value, indent=indent)``) or a regex.
             any_order: object members in any order (default: schema order, then extra keys).
             lenient: drop what cannot be expressed, with a warning, instead of raising.
+            draft: read the schema in this dialect ("2020-12", "2019-09", "draft-07",
+                "draft-06", "draft-04") whatever its ``$schema`` says.
 
         Raises:
             UnsupportedSchemaError: a keyword that cannot be expressed exactly, named with its
@@ -124,7 +127,12 @@ class Grammar:
         from constrain.jsonschema import compile_schema
 
         ir, check = compile_schema(
-            schema, whitespace=whitespace, indent=indent, any_order=any_order, lenient=lenient
+            schema,
+            whitespace=whitespace,
+            indent=indent,
+            any_order=any_order,
+            lenient=lenient,
+            draft=draft,
         )
         grammar = cls.from_ir(ir, kind="json_schema")
         grammar.check = check

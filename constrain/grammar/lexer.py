@@ -95,13 +95,15 @@ class LexerDFA:
         rows = [np.zeros((1, len(representatives)), dtype=np.int32)]
         frontier, n_states = start, 2
         while len(frontier):
-            nexts = np.stack(
-                [d.transitions[frontier[:, j]][:, representatives] for j, d in enumerate(dfas)],
-                axis=2,
-            )  # (F, classes, k)
+            # only the components still alive somewhere in the frontier are stepped (after a
+            # byte or two most lexemes are dead: a key literal among many)
+            alive = np.flatnonzero(frontier.any(axis=0)).tolist()
+            nexts = np.zeros((len(frontier), len(representatives), k), dtype=np.int32)
+            for j in alive:
+                nexts[:, :, j] = dfas[j].transitions[frontier[:, j]][:, representatives]
             flat = nexts.reshape(-1, k)
             numbers, first, inverse = np.unique(
-                _numbers(flat, weights), return_index=True, return_inverse=True
+                _numbers(flat[:, alive], weights[alive]), return_index=True, return_inverse=True
             )
             inverse = inverse.ravel()
             if not exact and not np.array_equal(flat[first][inverse], flat):

@@ -46,7 +46,23 @@ from constrain.regex import (
     repeat_unit,
 )
 
-__all__ = ["WHITESPACE", "compile_schema"]
+__all__ = ["DRAFTS", "WHITESPACE", "compile_schema", "draft_validator"]
+
+DRAFTS = {
+    "2020-12": "Draft202012Validator",
+    "2019-09": "Draft201909Validator",
+    "draft-07": "Draft7Validator",
+    "draft-06": "Draft6Validator",
+    "draft-04": "Draft4Validator",
+}
+
+
+def draft_validator(draft: str):
+    """The `jsonschema` validator class of a dialect named as in `DRAFTS` (None if unknown)."""
+    import jsonschema
+
+    name = DRAFTS.get(draft)
+    return getattr(jsonschema, name) if name else None
 
 WHITESPACE = {"compact": None, "default": r"[ \n]{1,40}"}
 _ABSENT = Prop(NOTHING)
@@ -340,6 +356,7 @@ def compile_schema(
     indent: int = 2,
     any_order: bool = False,
     lenient: bool = False,
+    draft: str | None = None,
     max_rules: int = 100_000,
 ) -> tuple[GrammarIR, JsonChecks | None]:
     """Compile a JSON Schema (a dict, a bool or JSON text) to the grammar IR, and the text
@@ -353,6 +370,9 @@ def compile_schema(
             objects with more than 10 named properties keep schema order (with a warning):
             exact free order needs a state per subset of properties.
         lenient: drop what cannot be expressed (with a warning listing it) instead of raising.
+        draft: the dialect to read the schema in ("2020-12", "2019-09", "draft-07",
+            "draft-06", "draft-04"), overriding its ``$schema`` (default: as it declares,
+            else 2020-12).
         max_rules: limit on the size of the grammar.
 
     Raises:
@@ -362,7 +382,9 @@ def compile_schema(
     if isinstance(schema, str):
         schema = json.loads(schema)
     shapes.fresh()
-    normalizer = Normalizer(schema, lenient=lenient)
+    if draft is not None and draft_validator(draft) is None:
+        raise ValueError(f"unknown draft {draft!r}: one of {', '.join(DRAFTS)}")
+    normalizer = Normalizer(schema, lenient=lenient, draft=draft)
     root = normalizer.shape(schema, "")
     try:
         shapes.settle()

@@ -87,8 +87,10 @@ def _dfa(pattern: str, **kw) -> ByteDFA:
 class Normalizer:
     """Turns the schemas of one document into shapes, memoised per location."""
 
-    def __init__(self, root: Any, *, lenient: bool = False, max_depth: int = 64):
-        dialect = root.get("$schema", "") if isinstance(root, Mapping) else ""
+    def __init__(
+        self, root: Any, *, lenient: bool = False, max_depth: int = 64, draft: str | None = None
+    ):
+        dialect = draft or (root.get("$schema", "") if isinstance(root, Mapping) else "")
         self.legacy = isinstance(dialect, str) and any(d in dialect for d in _LEGACY)
         # draft 4 counts only integer literals as integers (6 and later also accept 1.0)
         self.draft4 = isinstance(dialect, str) and any(d in dialect for d in _DRAFT4)
