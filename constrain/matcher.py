@@ -128,7 +128,7 @@ class Constraint:
             return mask
         mask = np.zeros(self.vocab.size, dtype=bool)
         slices = slices_of(self.vocab)
-        admitted = tuple(self.automaton.admits(state, part.language) for part in slices.slices)
+        admitted = slices.admitted(lambda language: self.automaton.admits(state, language))
         for part, whole in zip(slices.slices, admitted):
             if whole:
                 mask[part.tokens] = True

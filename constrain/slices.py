@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from constrain.regex import ByteDFA, compile_regex
+from constrain.regex import ByteDFA, compile_regex, is_empty_combination
 from constrain.vocab import TokenTrie, Vocabulary
 
 __all__ = ["SLICE_PATTERNS", "Slice", "VocabularySlices", "admits", "slices_of"]
@@ -62,7 +62,33 @@ class VocabularySlices:
             self._owner[matched] = k
             slices.append(Slice(pattern, language, np.sort(matched)))
         self.slices: tuple[Slice, ...] = tuple(slices)
+        # _within[i]: the slices whose language holds slice i's (a state admitting a language
+        # admits its subsets)
+        self._within = [
+            [
+                j
+                for j, b in enumerate(slices)
+                if j != i and is_empty_combination(a.language, b.language, "minus")
+            ]
+            for i, a in enumerate(slices)
+        ]
         self._tries: dict[tuple[bool, ...], TokenTrie] = {(False,) * len(slices): vocab.trie}
+
+    def admitted(self, admits) -> tuple[bool, ...]:
+        """Which slices a state admits, given `admits(language) -> bool`; larger languages are
+        asked first, so a language inside an admitted one is not asked at all (nor one
+        containing a refused one)."""
+        known: dict[int, bool] = {}
+        for i in sorted(range(len(self.slices)), key=lambda i: len(self._within[i])):
+            if i in known:
+                continue
+            known[i] = ok = admits(self.slices[i].language)
+            for j in range(len(self.slices)):
+                if ok and i in self._within[j]:  # j's language lies inside i's
+                    known.setdefault(j, True)
+                elif not ok and j in self._within[i]:  # j's language holds i's
+                    known.setdefault(j, False)
+        return tuple(known[i] for i in range(len(self.slices)))
 
     def trie_without(self, admitted: tuple[bool, ...]) -> TokenTrie:
         trie = self._tries.get(admitted)
@@ -74,17 +100,18 @@ class VocabularySlices:
         return trie
 
 
-def admits(table: np.ndarray, state: int, language: ByteDFA) -> bool:
+def admits(table, state: int, language: ByteDFA) -> bool:
     """Whether every string of `language` (and each prefix) read from `state` in the DFA with
-    transition `table` (0 = dead) stays in a non-dead state: a breadth-first search of the
-    product, one level of pairs at a time."""
+    transition `table` (0 = dead; an array, or a function from states to their rows) stays in
+    a non-dead state: a breadth-first search of the product, one level of pairs at a time."""
+    rows = table if callable(table) else table.__getitem__
     lang_table = language.transitions
-    width = np.int64(len(table))
+    width = np.int64(2**32)
     frontier = np.array([language.start * width + state], dtype=np.int64)
     seen = set(frontier.tolist())
     while frontier.size:
         r, q = np.divmod(frontier, width)
-        lang_next, next_state = lang_table[r], table[q]
+        lang_next, next_state = lang_table[r], rows(q)
         read = lang_next != 0
         if (read & (next_state == 0)).any():
             return False

@@ -201,7 +201,7 @@ class CFGAutomaton:
             s = single[1]
         else:
             key = (lexer.uid, s, language)
-            table = lexer.transitions
+            table = lexer.rows
         found = self._admits.get(key)
         if found is None:
             found = self._admits[key] = admits(table, s, language)
@@ -242,7 +242,6 @@ class CFGAutomaton:
         self, lexer: LexerDFA, trie: TokenTrie, nodes: np.ndarray, states: np.ndarray
     ) -> _Piece:
         """Walk inside `lexer` from trie `nodes` (already read, in live `states`)."""
-        table, tag = lexer.transitions, lexer.tag
         found = [trie.tokens_at(nodes[nodes != 0])]
         ended_tags, ended_nodes = [], []
         while len(nodes):
@@ -250,11 +249,12 @@ class CFGAutomaton:
             if not len(kids):
                 break
             st = states[owner]
-            nxt = table[st, trie.byte[kids]]
+            nxt = lexer.next_states(st, trie.byte[kids])
             dead = nxt == 0
-            ends = dead & (tag[st] != 0)
+            tags = lexer.tag[st]
+            ends = dead & (tags != 0)
             if ends.any():
-                ended_tags.append(tag[st][ends])
+                ended_tags.append(tags[ends])
                 ended_nodes.append(kids[ends])
             live = ~dead
             nodes, states = kids[live], nxt[live]
@@ -271,7 +271,7 @@ def _starter(automaton: CFGAutomaton, lexer: LexerDFA, trie: TokenTrie, children
     """The computation of a piece that starts a new lexeme with the bytes of trie `children`."""
 
     def compute() -> _Piece:
-        states = lexer.transitions[lexer.start, trie.byte[children]]
+        states = lexer.next_states(np.full(len(children), lexer.start), trie.byte[children])
         live = states != 0
         return automaton._walk(lexer, trie, children[live], states[live])
 
