@@ -21,7 +21,7 @@ in a node can be completed and a node with items always has a continuation in th
 
 from __future__ import annotations
 
-from constrain.grammar.ir import GrammarIR
+from constrain.grammar.ir import GrammarIR, derivable
 
 __all__ = ["ChartNode", "EarleyParser"]
 
@@ -88,14 +88,8 @@ class EarleyParser:
         self.root = self._close([], predict=nt_id[_SUPER_START])
 
     def _nullable(self, rules, nt_id) -> list[bool]:
-        nullable = [False] * len(nt_id)
-        changed = True
-        while changed:
-            changed = False
-            for lhs, rhs in rules:
-                if not nullable[nt_id[lhs]] and all(s in nt_id and nullable[nt_id[s]] for s in rhs):
-                    nullable[nt_id[lhs]] = changed = True
-        return nullable
+        found = derivable(rules, ())
+        return [name in found for name in nt_id]
 
     @property
     def n_nodes(self) -> int:

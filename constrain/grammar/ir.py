@@ -16,7 +16,7 @@ empty language is an error, so a sampler never starts on a grammar it cannot fin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -119,14 +119,7 @@ class GrammarIR:
                     f"that use it instead (e.g. X? or X*)"
                 )
             live_lexemes.add(name)
-        productive = set(live_lexemes)
-        changed = True
-        while changed:
-            changed = False
-            for rule in self.rules:
-                if rule.lhs not in productive and all(s in productive for s in rule.rhs):
-                    productive.add(rule.lhs)
-                    changed = True
+        productive = derivable(((r.lhs, r.rhs) for r in self.rules), live_lexemes)
         if self.start not in productive:
             raise GrammarError(
                 f"the grammar's language is empty: rule {self.start!r} derives no finite text"
@@ -148,6 +141,33 @@ class GrammarIR:
         ignore = [i for i in self.ignore if i in live_lexemes]
         lexemes = {n: lx for n, lx in self.lexemes.items() if n in reachable or n in ignore}
         return GrammarIR(self.start, rules, lexemes, ignore, self.source)
+
+
+def derivable(rules: Iterable[tuple[str, Sequence[str]]], given: Iterable[str]) -> set[str]:
+    """The symbols of `given` and every left-hand side with a rule whose right-hand symbols
+    are all derivable (productive symbols from the live lexemes; nullable ones from nothing).
+    Linear in the size of the grammar: each rule counts its symbols not derived yet."""
+    done = set(given)
+    rules = list(rules)
+    missing = [0] * len(rules)
+    users: dict[str, list[int]] = {}
+    ready = []
+    for i, (lhs, rhs) in enumerate(rules):
+        for sym in rhs:
+            if sym not in done:
+                missing[i] += 1
+                users.setdefault(sym, []).append(i)
+        if not missing[i] and lhs not in done:
+            done.add(lhs)
+            ready.append(lhs)
+    while ready:
+        for i in users.pop(ready.pop(), ()):
+            missing[i] -= 1
+            lhs = rules[i][0]
+            if not missing[i] and lhs not in done:
+                done.add(lhs)
+                ready.append(lhs)
+    return done
 
 
 def repeat(rules: list[Rule], name: str, item: Sequence[str], low: int, high: int | None) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from constrain.errors import GrammarError
-from constrain.grammar.ir import GrammarIR
+from constrain.grammar.ir import GrammarIR, derivable
 
 __all__ = ["check_lexeme_ends"]
 
@@ -25,38 +25,50 @@ _END = "$end"
 
 
 def _first_follow(ir: GrammarIR) -> tuple[dict[str, set[str]], set[str], dict[str, set[str]]]:
-    """FIRST sets, nullable symbols and FOLLOW sets (`_END`: the text may end there)."""
-    nullable: set[str] = set()
+    """FIRST sets, nullable symbols and FOLLOW sets (`_END`: the text may end there).
+
+    Both are inclusions between sets (FIRST(sym) <= FIRST(lhs) where sym may start lhs; FOLLOW
+    along the rules), solved by propagating along those edges from a worklist."""
+    pairs = [(r.lhs, r.rhs) for r in ir.rules]
+    nullable = derivable(pairs, ()) - set(ir.lexemes)
     first: dict[str, set[str]] = {t: {t} for t in ir.lexemes}
-    for rule in ir.rules:
-        first.setdefault(rule.lhs, set())
-    changed = True
-    while changed:
-        changed = False
-        for rule in ir.rules:
-            for sym in rule.rhs:
-                if not first[sym] <= first[rule.lhs]:
-                    first[rule.lhs] |= first[sym]
-                    changed = True
-                if sym not in nullable:
-                    break
-            else:
-                if rule.lhs not in nullable:
-                    nullable.add(rule.lhs)
-                    changed = True
+    starts: dict[str, set[str]] = {}  # sym -> the left-hand sides it may start
+    for lhs, rhs in pairs:
+        first.setdefault(lhs, set())
+        for sym in rhs:
+            starts.setdefault(sym, set()).add(lhs)
+            if sym not in nullable:
+                break
+    _propagate(first, starts)
     follow: dict[str, set[str]] = {sym: set() for sym in first}
     follow[ir.start].add(_END)
-    changed = True
-    while changed:
-        changed = False
-        for rule in ir.rules:
-            trailer = set(follow[rule.lhs])
-            for sym in reversed(rule.rhs):
-                if not trailer <= follow[sym]:
-                    follow[sym] |= trailer
-                    changed = True
-                trailer = (trailer | first[sym]) if sym in nullable else set(first[sym])
+    tails: dict[str, set[str]] = {}  # lhs -> symbols that may end its rules
+    for lhs, rhs in pairs:
+        trailer: set[str] = set()
+        ends = True  # the rest of the rule after `sym` may be empty
+        for sym in reversed(rhs):
+            follow[sym] |= trailer
+            if ends:
+                tails.setdefault(lhs, set()).add(sym)
+            ends = ends and sym in nullable
+            trailer = (trailer | first[sym]) if sym in nullable else set(first[sym])
+    _propagate(follow, tails)
     return first, nullable, follow
+
+
+def _propagate(sets: dict[str, set[str]], edges: dict[str, set[str]]) -> None:
+    """Grow `sets` until ``sets[a] <= sets[b]`` for every edge a -> b."""
+    todo = list(sets)
+    queued = set(todo)
+    while todo:
+        a = todo.pop()
+        queued.discard(a)
+        for b in edges.get(a, ()):
+            if not sets[a] <= sets[b]:
+                sets[b] |= sets[a]
+                if b not in queued:
+                    queued.add(b)
+                    todo.append(b)
 
 
 def check_lexeme_ends(ir: GrammarIR) -> None:

@@ -353,7 +353,8 @@ class Normalizer:
                 high = None
         if low or high is not None:
             try:
-                dfa = dfa_and(dfa, length_dfa(low, high))
+                bounded = length_dfa(low, high)
+                dfa = bounded if dfa is STRINGS else dfa_and(dfa, bounded)
             except ShapeUnsupported as exc:
                 keyword = "maxLength" if high is not None else "minLength"
                 raise UnsupportedSchemaError(str(exc), keyword, ptr) from None

@@ -147,6 +147,7 @@ class Lengths:
 MAX_LENGTH_STATES = 40_000  # a length bound as a DFA is a chain of this many states at most
 
 
+@lru_cache(maxsize=512)
 def length_dfa(low: int, high: int | None) -> ByteDFA:
     """Strings of low..high characters (escapes count as one)."""
     char = compile_regex(ANY_CHAR, encoding="json")
