@@ -61,8 +61,9 @@ class _Piece:
 class CFGAutomaton:
     """A validated `GrammarIR` as an `Automaton` (see the module docstring)."""
 
-    def __init__(self, ir: GrammarIR):
-        check_lexeme_ends(ir)
+    def __init__(self, ir: GrammarIR, *, lint: bool = True):
+        if lint:  # off for generated grammars whose lexemes always end (JSON Schema)
+            check_lexeme_ends(ir)
         self.ir = ir
         self.lexeme_table = list(ir.lexemes.values())
         self.lexeme_ids = {lx.name: i for i, lx in enumerate(self.lexeme_table)}

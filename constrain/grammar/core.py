@@ -134,7 +134,9 @@ class Grammar:
             lenient=lenient,
             draft=draft,
         )
-        grammar = cls.from_ir(ir, kind="json_schema")
+        # JSON separates every value by punctuation, and a string chunk is a fixed length:
+        # no lexeme can be trapped by longest match, so the lint is skipped
+        grammar = cls.from_ir(ir, kind="json_schema", lint=False)
         grammar.check = check
         return grammar
 
@@ -152,10 +154,14 @@ class Grammar:
         return cls.from_json_schema(schema_from_type(annotation), **options)
 
     @classmethod
-    def from_ir(cls, ir: GrammarIR, *, kind: str = "ir", source: str | None = None) -> Grammar:
-        """A grammar from the IR (the target of every front end); validated here."""
+    def from_ir(
+        cls, ir: GrammarIR, *, kind: str = "ir", source: str | None = None, lint: bool = True
+    ) -> Grammar:
+        """A grammar from the IR (the target of every front end); validated here, and checked
+        for terminals that longest-match lexing could never end unless `lint` is off (for
+        generated grammars that separate their lexemes by construction)."""
         ir = ir.validated()
-        grammar = cls(CFGAutomaton(ir), kind=kind, source=source or ir.source)
+        grammar = cls(CFGAutomaton(ir, lint=lint), kind=kind, source=source or ir.source)
         grammar.ir = ir
         return grammar
 
