@@ -254,20 +254,24 @@ class Matcher:
         if token in c._eos:
             return c.automaton.accepting(state)
         budget = self._budget()
-        if budget is None and self._texts is None:
+        if budget is None:
             mask = c._masks.get(state)
             if mask is not None:
-                return 0 <= token < len(mask) and bool(mask[token])
+                if not (0 <= token < len(mask) and mask[token]):
+                    return False
+                return self._texts is None or self._text_allows(token)
         nxt = c._step(state, token)
         if nxt is None or (budget is not None and not self._fits(budget, token, nxt)):
             return False
-        if self._texts is None:
-            return True
-        here = self._texts[-1]
-        risky = c.grammar.check.risky(here)
+        return self._texts is None or self._text_allows(token)
+
+    def _text_allows(self, token: int) -> bool:
+        """The grammar's text check lets `token` through (only tokens holding a risky byte are
+        fed here; `advance` feeds every token)."""
+        c = self.constraint
         data = c.vocab.token_bytes(token)
-        if not data or risky.isdisjoint(data):
-            return True  # `advance` still feeds it
+        if not data or c.grammar.check.risky(self._texts[-1]).isdisjoint(data):
+            return True
         return self._text_after(token) is not None
 
     def accepting(self) -> bool:
