@@ -212,6 +212,10 @@ class Matcher:
     complete text. The filter is off where it cannot help: when no completion fits any more,
     when a token lengthens the shortest completion by more than 256 tokens at once, or in a
     state whose completion the automaton cannot find.
+
+    A grammar with a text check (`Grammar.check`: no duplicate JSON keys, unique items) keeps
+    the check's state beside each automaton state; a token the check refuses is refused by
+    `check`, `advance` and `mask` alike.
     """
 
     __slots__ = ("constraint", "_states", "max_tokens", "_texts", "_fed")
@@ -448,12 +452,14 @@ class Matcher:
             return f"token {token} {where}: the sequence already ended with EOS"
         if token in c._eos:
             return f"EOS {where}: the text so far is not complete in the grammar"
-        if self._budget() is not None and c._step(self._states[-1], token) is not None:
+        nxt = c._step(self._states[-1], token)
+        budget = self._budget()
+        if nxt is not None and budget is not None and not self._fits(budget, token, nxt):
             return (
                 f"token {token} {where}: no completion after it fits in max_tokens="
                 f"{self.max_tokens}"
             )
-        if self._texts is not None and c._step(self._states[-1], token) is not None:
+        if nxt is not None and self._texts is not None:
             return f"token {token} {where}: it completes a duplicate key or a repeated unique item"
         if token in c._special_texts:
             return f"special token {c._special_texts[token]} {where}: the grammar does not expect it here"
