@@ -191,21 +191,31 @@ class CFGAutomaton:
 
     def admits(self, state: tuple, language: ByteDFA) -> bool:
         """Whether every string of `language` stays inside the lexemes in progress (so no
-        boundary and no parser step is involved, and the state stays live)."""
+        boundary and no parser step is involved, and the state stays live).
+
+        One lexeme in progress that admits the language alone is enough (checked in its own
+        DFA, a result shared by every lexer holding it); only when none does is the product
+        searched, for strings that different lexemes cover together."""
         node, s = state
         lexer = self._lexer(node)
         s = lexer.start if s == _FRESH else s
-        single = lexer.single[s]
-        if single is not None:  # one lexeme left: its own DFA answers, shared by every lexer
-            key = ("lexeme", *single, language)
-            table = self.lexeme_table[single[0]].dfa.transitions
-            s = single[1]
-        else:
-            key = (lexer.uid, s, language)
-            table = lexer.rows
+        alive = lexer.key(s)
+        if any(self._lexeme_admits(lexeme, at, language) for lexeme, at in alive):
+            return True
+        if len(alive) == 1:
+            return False
+        key = (alive, language)
         found = self._admits.get(key)
         if found is None:
-            found = self._admits[key] = admits(table, s, language)
+            found = self._admits[key] = admits(lexer.rows, s, language)
+        return found
+
+    def _lexeme_admits(self, lexeme: int, at: int, language: ByteDFA) -> bool:
+        key = ("lexeme", lexeme, at, language)
+        found = self._admits.get(key)
+        if found is None:
+            table = self.lexeme_table[lexeme].dfa.transitions
+            found = self._admits[key] = admits(table, at, language)
         return found
 
     def token_ids(self, state: tuple, trie: TokenTrie) -> np.ndarray:
@@ -219,7 +229,7 @@ class CFGAutomaton:
         if single is not None:  # share the pieces of every lexer where only this lexeme is left
             lexer = self._lexer_of(frozenset((single[0],)))
             s = lexer.state_of((single[1],))
-        root_key = ("root", lexer.uid, s)
+        root_key = ("root", lexer.key(s))
         found: list[np.ndarray] = []
         stack = [
             (node, root_key, lambda: self._walk(lexer, trie, np.zeros(1, np.int64), np.array([s])))
@@ -235,7 +245,7 @@ class CFGAutomaton:
                 if after is None:
                     continue
                 nxt = self._lexer(after)
-                child_key = (nxt.uid, children.tobytes())
+                child_key = (nxt.key(nxt.start), children.tobytes())
                 stack.append((after, child_key, _starter(self, nxt, trie, children)))
         return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 

@@ -32,6 +32,9 @@ MAX_LEXER_STATES = 50_000
 class LexerDFA:
     """Product byte DFA of several lexemes (state 0 dead, start 1) with end-of-lexeme tags.
 
+    A product state is kept *sparse*: the pairs ``(component, its DFA state)`` of the lexemes
+    still alive, so after a byte or two (when most lexemes are dead) a row costs a few lookups.
+
     Attributes:
         lexemes: the lexeme ids (indices in the grammar's lexeme table) it recognizes.
         tag: int32 per state discovered so far: index into `tag_sets` of the lexemes ending
@@ -47,34 +50,29 @@ class LexerDFA:
         self._ids = sorted(lexeme_ids)
         self._dfas = [table[i].dfa for i in self._ids]
         self._names = [table[i].name for i in self._ids]
-        self._priority = np.array([table[i].priority for i in self._ids], dtype=np.int64)
-        k = len(self._dfas)
-        if k:
-            self.classes, self._representatives = joint_byte_classes(self._dfas)
+        self._priority = [table[i].priority for i in self._ids]
+        if self._dfas:
+            self.classes, representatives = joint_byte_classes(self._dfas)
         else:
-            self.classes, self._representatives = np.zeros(256, np.int64), np.zeros(1, np.int64)
-        sizes = [d.n_states for d in self._dfas]
-        self._exact = float(np.prod(sizes, dtype=float)) < 2**62
-        if self._exact:  # mixed-radix numbers identify product states exactly
-            self._weights = np.cumprod([1, *sizes]).astype(np.int64)[:k]
-        else:  # 64-bit hashes group a batch; states are still keyed by their exact components
-            self._weights = np.random.default_rng(20240601).integers(1, 2**63, k, dtype=np.int64)
-        n_classes = len(self._representatives)
-        self._combos = np.zeros((16, k), dtype=np.int32)
-        self._table = np.zeros((16, n_classes), dtype=np.int32)  # per byte class
-        self._done = np.zeros(16, dtype=bool)
-        self._done[0] = True  # the dead state stays dead
+            self.classes, representatives = np.zeros(256, np.int64), np.zeros(1, np.int64)
+        self._representatives = representatives.tolist()
+        self._table = np.zeros((16, len(self._representatives)), dtype=np.int32)  # per class
+        self._done = [True]  # row computed (the dead state's is)
         self.tag = np.zeros(16, dtype=np.int32)
         self.tag_sets: list[frozenset[int]] = [frozenset()]
-        self._tag_of: dict[bytes, int] = {bytes(-(-k // 8)): 0}  # packed ending pattern -> tag
+        self._tag_of: dict[frozenset[int], int] = {frozenset(): 0}
         self.single: list[tuple[int, int] | None] = [None]
-        # the numbers of the states found so far, sorted, and their states (vectorised lookup)
-        self._known = np.zeros(1, dtype=np.int64)  # the dead state's number is 0
-        self._known_states = np.zeros(1, dtype=np.int32)
+        self._combos: list[tuple] = [()]  # per state: ((component, DFA state), ...) alive
+        self._index: dict[tuple, int] = {(): 0}
         self._rows: list[list[int] | None] = [None]
-        self.n_states = 1
-        self.start = 1
-        self._add(np.array([[d.start for d in self._dfas]], dtype=np.int32))
+        self._keys: list[tuple | None] = [()]
+        start = tuple((j, d.start) for j, d in enumerate(self._dfas))
+        # no lexeme at all: a start state of its own that reads nothing
+        self.start = self._state(start or ((-1, 0),))
+
+    @property
+    def n_states(self) -> int:
+        return len(self._combos)
 
     # -- reading transitions ------------------------------------------------------------------
 
@@ -92,111 +90,84 @@ class LexerDFA:
         """The transitions of `state` as a Python list (cached: the byte walk's hot path)."""
         row = self._rows[state]
         if row is None:
-            self._ensure(np.array([state]))
+            if not self._done[state]:
+                self._compute(state)
             row = self._rows[state] = self._table[state][self.classes].tolist()
         return row
 
     def live_bytes(self, state: int) -> list[int]:
         return [b for b, t in enumerate(self.row(state)) if t]
 
+    def key(self, state: int) -> tuple:
+        """What `state` is, independent of this lexer: the (lexeme id, DFA state) pairs still
+        alive. Lexers for different sets that reach the same pairs behave alike from there, so
+        results keyed by it (masks pieces, slice checks) are shared between them."""
+        found = self._keys[state]
+        if found is None:
+            found = self._keys[state] = tuple(
+                (self._ids[j], s) for j, s in self._combos[state] if j >= 0
+            )
+        return found
+
     def state_of(self, combo: tuple[int, ...]) -> int:
         """The product state whose components are `combo` (e.g. a single lexeme's DFA state)."""
-        return int(self._states_of(np.array([combo], dtype=np.int32))[0])
+        return self._state(tuple((j, s) for j, s in enumerate(combo) if s))
 
     # -- construction -------------------------------------------------------------------------
 
     def _ensure(self, states: np.ndarray) -> None:
-        """Compute the rows of those `states` not computed yet, in one vectorised step."""
-        todo = states[~self._done[states]]
-        if not len(todo):
-            return
-        todo = np.unique(todo)
-        self._done[todo] = True
-        if not self._dfas:  # no lexeme: nothing can follow
-            return
-        combos = self._combos[todo]
-        alive = np.flatnonzero(combos.any(axis=0))  # components alive somewhere in the batch
-        reps = self._representatives
-        flat = np.empty((len(todo), len(reps), len(alive)), dtype=np.int32)
-        for i, j in enumerate(alive.tolist()):
-            flat[:, :, i] = self._dfas[j].transitions[combos[:, j]][:, reps]
-        flat = flat.reshape(-1, len(alive))
-        numbers = flat.astype(np.int64) @ self._weights[alive]
-        _, first, inverse = np.unique(numbers, return_index=True, return_inverse=True)
-        inverse = inverse.ravel()
-        if not self._exact and not np.array_equal(flat[first][inverse], flat):
-            _, first, inverse = np.unique(flat, axis=0, return_index=True, return_inverse=True)
-            inverse = inverse.ravel()
-        distinct = np.zeros((len(first), combos.shape[1]), dtype=np.int32)
-        distinct[:, alive] = flat[first]
-        targets = self._states_of(distinct)
-        self._table[todo] = targets[inverse].reshape(len(todo), len(reps))
+        done = self._done
+        for state in set(states.tolist()):
+            if not done[state]:
+                self._compute(state)
 
-    def _states_of(self, combos: np.ndarray) -> np.ndarray:
-        """The states of distinct `combos` (0 for the dead one), numbering the new ones."""
-        numbers = combos.astype(np.int64) @ self._weights
-        at = np.searchsorted(self._known, numbers)
-        at = np.minimum(at, len(self._known) - 1)
-        states = np.where(self._known[at] == numbers, self._known_states[at], -1)
-        found = states > 0
-        if not self._exact and not np.array_equal(self._combos[states[found]], combos[found]):
-            raise GrammarError(f"the lexer for terminals {', '.join(self._names)}: a hash collision")
-        states[~combos.any(axis=1)] = 0
-        fresh = states < 0
-        if fresh.any():
-            states[fresh] = self._add(combos[fresh])
-        return states.astype(np.int32)
+    def _compute(self, state: int) -> None:
+        """The row of `state`: for each byte class, the components that can read it."""
+        combo = self._combos[state]
+        rows = [(j, self._dfas[j]._row(s)) for j, s in combo if j >= 0]
+        out = [0] * len(self._representatives)
+        for c, byte in enumerate(self._representatives):
+            nxt = tuple((j, t) for j, row in rows if (t := row[byte]))
+            if nxt:
+                found = self._index.get(nxt)
+                out[c] = found if found is not None else self._state(nxt)
+        self._table[state] = out
+        self._done[state] = True
 
-    def _add(self, combos: np.ndarray) -> np.ndarray:
-        """Number new product states; their tags and single-lexeme views with them."""
-        n = len(combos)
-        first = self.n_states
-        if first + n > MAX_LEXER_STATES:
+    def _state(self, combo: tuple) -> int:
+        """The number of product state `combo`, added (with its tag) if new."""
+        found = self._index.get(combo)
+        if found is not None:
+            return found
+        state = len(self._combos)
+        if state >= MAX_LEXER_STATES:
             raise GrammarError(
                 f"the lexer for terminals {', '.join(self._names)} exceeds {MAX_LEXER_STATES} "
                 "states"
             )
-        self._grow(first + n)
-        ids = np.arange(first, first + n, dtype=np.int32)
-        self._combos[ids] = combos
-        numbers = np.concatenate([self._known, combos.astype(np.int64) @ self._weights])
-        order = np.argsort(numbers, kind="stable")
-        self._known = numbers[order]
-        self._known_states = np.concatenate([self._known_states, ids])[order]
-        # tags: the lexemes accepting there, filtered to the highest priority among them
-        accepting = np.zeros(combos.shape, dtype=bool)
-        for j in np.flatnonzero(combos.any(axis=0)).tolist():
-            accepting[:, j] = self._dfas[j].accepting[combos[:, j]]
-        lowest = np.iinfo(np.int64).min
-        ranked = np.where(accepting, self._priority[None, :], lowest)
-        best = ranked.max(axis=1, initial=lowest)
-        ending = accepting & (ranked == best[:, None])
-        for i, pattern in enumerate(np.packbits(ending, axis=1)):
-            key = pattern.tobytes()
-            tag = self._tag_of.get(key)
+        if state >= len(self.tag):
+            self._grow(2 * len(self.tag))
+        self._index[combo] = state
+        self._combos.append(combo)
+        self._done.append(False)
+        self._rows.append(None)
+        self._keys.append(None)
+        # the lexemes that end here, filtered to the highest priority among them
+        ending = [j for j, s in combo if s and self._dfas[j].accepting[s]]
+        if ending:
+            best = max(self._priority[j] for j in ending)
+            tags = frozenset(self._ids[j] for j in ending if self._priority[j] == best)
+            tag = self._tag_of.get(tags)
             if tag is None:
-                tags = frozenset(self._ids[j] for j in np.flatnonzero(ending[i]).tolist())
-                tag = self._tag_of[key] = len(self.tag_sets)
+                tag = self._tag_of[tags] = len(self.tag_sets)
                 self.tag_sets.append(tags)
-            self.tag[first + i] = tag
-        alive = combos != 0
-        lone = alive.sum(axis=1) == 1
-        which = alive.argmax(axis=1) if alive.shape[1] else np.zeros(n, dtype=np.int64)
-        self.single.extend(
-            (self._ids[j], int(combos[i, j])) if one else None
-            for i, (one, j) in enumerate(zip(lone.tolist(), which.tolist()))
-        )
-        self._rows.extend([None] * n)
-        self.n_states += n
-        return ids
+            self.tag[state] = tag
+        lone = len(combo) == 1 and combo[0][0] >= 0
+        self.single.append((self._ids[combo[0][0]], combo[0][1]) if lone else None)
+        return state
 
-    def _grow(self, needed: int) -> None:
-        size = len(self._done)
-        if needed <= size:
-            return
-        while size < needed:
-            size *= 2
-        for name in ("_combos", "_table", "_done", "tag"):
+    def _grow(self, size: int) -> None:
+        for name in ("_table", "tag"):
             old = getattr(self, name)
             new = np.zeros((size, *old.shape[1:]), dtype=old.dtype)
             new[: len(old)] = old
