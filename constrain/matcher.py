@@ -33,7 +33,10 @@ __all__ = ["Constraint", "Matcher"]
 _FINISHED = object()  # the state after EOS
 _MAX_FORCED_BACKOFF = 3  # forced tokens dropped at most from the end (token healing)
 _MAX_CACHED_STEPS = 2**18  # token transitions remembered per Constraint (cleared when full)
-_BUDGET_WINDOW = 256  # a budget filters tokens once fewer are left than this + the shortest completion
+# a budget filters tokens once fewer are left than this + the shortest completion: wide enough
+# for any one token's jump in what is owed (an opening bracket with required members), small
+# enough that most generations never pay for a filtered mask
+_BUDGET_WINDOW = 64
 _OWED_AFTER_STATES = 64  # states whose per-token completion lengths are kept (200 KB each at 49k)
 _UNKNOWN = np.iinfo(np.int32).max
 
@@ -206,11 +209,11 @@ class Matcher:
     """One sequence's state in a `Constraint`: check, advance, mask, roll back, fork.
 
     With a token budget (``max_tokens``, which a caller may lower while generating) the language
-    shrinks to the texts that fit it: near the end of the budget (once fewer than ``256 +`` the
+    shrinks to the texts that fit it: near the end of the budget (once fewer than ``64 +`` the
     shortest completion's tokens are left) a token is allowed only if a shortest completion
     after it still fits in the tokens left, so a generation cut by the budget ends with a
     complete text. The filter is off where it cannot help: when no completion fits any more,
-    when a token lengthens the shortest completion by more than 256 tokens at once, or in a
+    when a token lengthens the shortest completion by more than 64 tokens at once, or in a
     state whose completion the automaton cannot find.
 
     A grammar with a text check (`Grammar.check`: no duplicate JSON keys, unique items) keeps
