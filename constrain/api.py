@@ -194,7 +194,9 @@ class Generator:
         self._json = schema is not None or type is not None
         self.sampler = sampler if isinstance(sampler, (SMC, ASAp)) else token_sampler(sampler)
         self.max_tokens = max_tokens
-        self.fit_max_tokens = fit_max_tokens
+        # free text is complete after any token: no budget to fit
+        constrained = any(x is not None for x in (regex, choices, grammar, schema, type))
+        self.fit_max_tokens = fit_max_tokens and constrained
         self.temperature = temperature
         self.stack = ProcessorStack(processors, temperature)
         self.greedy = greedy
