@@ -62,16 +62,19 @@ class TextCheck(Protocol):
     """A condition on the text that an automaton cannot express (no duplicate JSON keys,
     unique items), checked beside it by the `Matcher` on immutable states of its own.
 
-    ``feed(state, data)`` is the state after `data`, or None when `data` breaks the condition;
-    ``risky(state)`` is the set of bytes a next token must hold to break it (empty when none
-    can), so checks and masks only look at those tokens.
+    ``feed(state, data)`` is the state after `data`, or None when `data` breaks the condition.
+    ``risky(state)`` names the tokens that could break it next (None: no token can), as a
+    hashable *selector*; ``selects(selector, data)`` says whether a token's bytes are among
+    them. Checks and masks feed only selected tokens (`advance` feeds every token).
     """
 
     start: Hashable
 
     def feed(self, state: Hashable, data: bytes) -> Hashable | None: ...
 
-    def risky(self, state: Hashable) -> frozenset[int]: ...
+    def risky(self, state: Hashable) -> Hashable | None: ...
+
+    def selects(self, selector: Hashable, data: bytes) -> bool: ...
 
 
 class DFAAutomaton:

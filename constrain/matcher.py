@@ -65,7 +65,7 @@ class Constraint:
         self._special_texts = {i: text for text, i in self._special_ids.items()}
         self._steps: dict[tuple[Hashable, int], Hashable | None] = {}
         self._completions: dict[Hashable, tuple[int, int | None] | None] = {}
-        self._holding: dict[frozenset[int], np.ndarray] = {}  # tokens holding some given bytes
+        self._selected: dict[Hashable, np.ndarray] = {}  # token ids per text-check selector
         self._owed_after: OrderedDict[Hashable, np.ndarray] = OrderedDict()
 
     def start(self, max_tokens: int | None = None) -> Matcher:
@@ -175,20 +175,20 @@ class Constraint:
         self._steps[key] = nxt
         return nxt
 
-    def tokens_holding(self, data: frozenset[int]) -> np.ndarray:
-        """Ids of the text tokens holding at least one of the bytes `data` (cached)."""
-        found = self._holding.get(data)
+    def tokens_selected(self, selector: Hashable) -> np.ndarray:
+        """Ids of the text tokens the grammar's text check selects (see `TextCheck`; cached)."""
+        found = self._selected.get(selector)
         if found is None:
-            vocab = self.vocab
+            vocab, check = self.vocab, self.grammar.check
             found = np.array(
                 [
                     t
                     for t in range(vocab.size)
-                    if (text := vocab.token_bytes(t)) and not data.isdisjoint(text)
+                    if (text := vocab.token_bytes(t)) and check.selects(selector, text)
                 ],
                 dtype=np.int64,
             )
-            self._holding[data] = found
+            self._selected[selector] = found
         return found
 
     @property
@@ -273,11 +273,13 @@ class Matcher:
         return self._texts is None or self._text_allows(token)
 
     def _text_allows(self, token: int) -> bool:
-        """The grammar's text check lets `token` through (only tokens holding a risky byte are
+        """The grammar's text check lets `token` through (only tokens it selects as risky are
         fed here; `advance` feeds every token)."""
         c = self.constraint
+        check = c.grammar.check
+        risky = check.risky(self._texts[-1])
         data = c.vocab.token_bytes(token)
-        if not data or c.grammar.check.risky(self._texts[-1]).isdisjoint(data):
+        if risky is None or not data or not check.selects(risky, data):
             return True
         return self._text_after(token) is not None
 
@@ -307,13 +309,12 @@ class Matcher:
             if first is not None:
                 mask[first] = True
         risky = None if self._texts is None else c.grammar.check.risky(self._texts[-1])
-        if risky:
-            sensitive = c.tokens_holding(risky)
-            candidates = sensitive[mask[sensitive]]
-            mask = mask.copy() if budget is None else mask
-            for token in candidates.tolist():
-                if self._text_after(token) is None:
-                    mask[token] = False
+        if risky is not None:
+            sensitive = c.tokens_selected(risky)
+            refused = [t for t in sensitive[mask[sensitive]].tolist() if self._text_after(t) is None]
+            if refused:
+                mask = mask.copy() if budget is None else mask
+                mask[refused] = False
         return mask
 
     def mask_key(self) -> Hashable | None:
@@ -324,8 +325,10 @@ class Matcher:
             return state
         if self._budget() is not None:
             return None
-        if self._texts is not None and self.constraint.grammar.check.risky(self._texts[-1]):
-            return None
+        if self._texts is not None:
+            risky = self.constraint.grammar.check.risky(self._texts[-1])
+            if risky is not None and len(self.constraint.tokens_selected(risky)):
+                return None
         return state
 
     def forced_bytes(self) -> bytes:

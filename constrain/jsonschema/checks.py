@@ -31,11 +31,12 @@ __all__ = ["JsonChecks", "checks_for"]
 _VALUE, _KEY, _COLON, _AFTER, _STRING, _KEYSTR, _SCALAR, _END = range(8)
 _WS = frozenset(b" \t\n\r")
 _SCALAR_END = frozenset(b" \t\n\r,]}")
-# the bytes a token must hold to complete a key (its closing quote), or an item (whatever ends
-# a value: a quote, a closing bracket, a comma or whitespace after a number)
-_KEY_ENDS = frozenset(b'"')
+# the bytes a token may need to complete an item (whatever ends a value: a quote, a closing
+# bracket, a comma or whitespace after a number)
 _ITEM_ENDS = frozenset(b'" \t\n\r,]}')
-_SAFE: frozenset[int] = frozenset()
+# quotes a token needs to complete a repeated key, by mode: to close a key in progress, to write
+# a whole key (from after a value, a comma or an opening brace), or to close a string value first
+_QUOTES_TO_KEY = {_KEYSTR: 1, _STRING: 3}
 
 
 class _Object:
@@ -102,21 +103,27 @@ class JsonChecks:
                 return None
         return state
 
-    def risky(self, state: _State) -> frozenset[int]:
-        """The bytes a next token must hold to be refused (empty: none can be): a closing quote
-        while some open object has keys (a token may close inner values and write a key of an
-        outer object), any value end while some unique array has items."""
+    def risky(self, state: _State):
+        """The tokens that could be refused next, as a selector (see `selects`): with a unique
+        array open, those holding any value end; otherwise those with enough quotes to complete
+        a key that repeats one of an open object (a token may close inner values first), or to
+        write a key twice within itself."""
         risky = state.risky
         if risky is None:
-            risky = _SAFE
-            for frame in state.frames:
-                if frame.seen:
-                    if isinstance(frame, _Array) and frame.unique:
-                        risky = _ITEM_ENDS
-                        break
-                    risky = _KEY_ENDS
+            if any(isinstance(f, _Array) and f.unique for f in state.frames):
+                risky = ("ends", _ITEM_ENDS)
+            else:
+                needed = _QUOTES_TO_KEY.get(state.mode, 2)
+                keys = any(isinstance(f, _Object) and f.seen for f in state.frames)
+                risky = ("quotes", needed if keys else needed + 2)
             state.risky = risky
         return risky
+
+    def selects(self, selector, data: bytes) -> bool:
+        kind, arg = selector
+        if kind == "quotes":
+            return data.count(b'"') >= arg
+        return not arg.isdisjoint(data)
 
     # -- scanning -------------------------------------------------------------------------------
 
