@@ -18,6 +18,7 @@ Errors on the hot path raise: `advance` with a forbidden token raises `InvalidTo
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Hashable
 
@@ -39,6 +40,8 @@ _MAX_CACHED_STEPS = 2**18  # token transitions remembered per Constraint (cleare
 _BUDGET_WINDOW = 64
 _OWED_AFTER_STATES = 64  # states whose per-token completion lengths are kept (200 KB each at 49k)
 _UNKNOWN = np.iinfo(np.int32).max
+# token ids per (kind of text check, selector), per vocabulary
+_SELECTED: weakref.WeakKeyDictionary[Vocabulary, dict] = weakref.WeakKeyDictionary()
 
 
 class Constraint:
@@ -65,7 +68,6 @@ class Constraint:
         self._special_texts = {i: text for text, i in self._special_ids.items()}
         self._steps: dict[tuple[Hashable, int], Hashable | None] = {}
         self._completions: dict[Hashable, tuple[int, int | None] | None] = {}
-        self._selected: dict[Hashable, np.ndarray] = {}  # token ids per text-check selector
         self._owed_after: OrderedDict[Hashable, np.ndarray] = OrderedDict()
 
     def start(self, max_tokens: int | None = None) -> Matcher:
@@ -176,11 +178,15 @@ class Constraint:
         return nxt
 
     def tokens_selected(self, selector: Hashable) -> np.ndarray:
-        """Ids of the text tokens the grammar's text check selects (see `TextCheck`; cached)."""
-        found = self._selected.get(selector)
+        """Ids of the text tokens the grammar's text check selects (see `TextCheck`; cached
+        per vocabulary and kind of check, so every constraint of a vocabulary shares them)."""
+        check = self.grammar.check
+        cache = _SELECTED.setdefault(self.vocab, {})
+        key = (type(check), selector)
+        found = cache.get(key)
         if found is None:
-            vocab, check = self.vocab, self.grammar.check
-            found = np.array(
+            vocab = self.vocab
+            found = cache[key] = np.array(
                 [
                     t
                     for t in range(vocab.size)
@@ -188,7 +194,6 @@ class Constraint:
                 ],
                 dtype=np.int64,
             )
-            self._selected[selector] = found
         return found
 
     @property
