@@ -148,6 +148,13 @@ class Generator:
             draft model) verified in one target forward; the output distribution is exactly
             the non-speculative one (greedy: the same tokens). Verified positions are sampled
             from the full masked distribution, as LCD does, whatever the token sampler.
+        backtracks: how many tokens a generation may undo at dead ends (default 32). A
+            constraint checked on the text (uniqueItems over open-ended items, no duplicate
+            keys) can allow a prefix it then closes off, e.g. an array item that can only end
+            as a copy of an earlier one; the last token is then undone and forbidden there.
+            0 makes a dead end fail with `ConstrainError`. The text stays in the language;
+            the sampled distribution is no longer exactly the constrained one there. Token
+            samplers only: SMC drops dead particles by their weight instead.
     """
 
     def __init__(
@@ -170,6 +177,7 @@ class Generator:
         system: str | None = None,
         timeout: float | None = None,
         speculative: Speculative | None = None,
+        backtracks: int = 32,
     ):
         if isinstance(sampler, (SMC, ASAp)) and speculative is not None:
             raise ValueError("speculative decoding works with token samplers, not SMC or ASAp")
@@ -204,6 +212,7 @@ class Generator:
         self.system = system
         self.timeout = timeout
         self.speculative = speculative
+        self.backtracks = backtracks
 
     # -- calls -------------------------------------------------------------------------------------
 
@@ -268,6 +277,7 @@ class Generator:
                     self.model.start(ids),
                     self.constraint.start(self.max_tokens if self.fit_max_tokens else None),
                     stack.start_terms(),
+                    backtracks_left=self.backtracks,
                 )
             )
         options = dict(

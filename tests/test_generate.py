@@ -210,3 +210,39 @@ def test_deadline_lowers_the_budget():
 def _letters_vocab() -> cn.Vocabulary:
     tokens = [bytes([c]) for c in range(ord("a"), ord("z") + 1)] + [None]
     return cn.Vocabulary(tokens, eos_ids=[len(tokens) - 1])
+
+
+def test_dead_end_backtracks_to_another_item():
+    """uniqueItems over integers is checked on the text: after `[{"a":1},{"a":1` the model
+    gives digits probability 0 and every way to close the item repeats the first one, a dead
+    end. The generation undoes the last token, forbids it there, and ends valid; with
+    `backtracks=0` the dead end is an error. Speculative decoding takes the same way."""
+    from constrain.models.toy import ToyLM
+
+    schema = {
+        "type": "array",
+        "uniqueItems": True,
+        "items": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "required": ["a"],
+            "additionalProperties": False,
+        },
+    }
+    tokens = ['[{"a":', "1", "2", '},{"a":', "}]"]
+    table = {
+        (): [1, 0, 0, 0, 0, 0],
+        (0,): [0, 1, 0, 0, 0, 0],
+        (0, 1): [0, 0, 0, 1, 0, 0],
+        (0, 1, 3): [0, 0.6, 0.4, 0, 0, 0],
+        (0, 1, 3, 1): [0, 0, 0, 0, 1, 0],
+        (0, 1, 3, 2): [0, 0, 0, 0, 1, 0],
+    }
+    model = ToyLM(tokens, table, default=[0, 0, 0, 0, 0, 1])
+    options = dict(schema=schema, schema_options={"whitespace": "compact"}, greedy=True)
+    for extra in ({}, {"sampler": "lcd"}, {"speculative": cn.Speculative(k=3)}):
+        out = cn.generate(model, "x", **options, **extra)
+        assert out.text == '[{"a":1},{"a":2}]' and out.finish_reason == "stop", extra
+        assert out.value == [{"a": 1}, {"a": 2}]
+    with pytest.raises(cn.ConstrainError, match="cannot continue"):
+        cn.generate(model, "x", backtracks=0, **options)

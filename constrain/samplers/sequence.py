@@ -27,6 +27,7 @@ __all__ = [
     "Particle",
     "StepStats",
     "advance",
+    "backtrack",
     "decode",
     "draw_next",
     "finish_at_length",
@@ -58,6 +59,11 @@ class Particle:
     EOS could follow), "length" (max_tokens reached; EOS forced with its weight when the text
     is complete, else weight -inf) or "dead" (no
     allowed token had non-zero probability; weight -inf).
+
+    `backtracks_left` > 0 lets a dead end undo the last token and forbid it at that position
+    (`backtrack`) instead of dying: single sequences use it, SMC does not (a dead particle's
+    weight is what corrects the proposal there). After a backtrack the text is still in the
+    language, but `log_weight` is no longer a proper importance weight.
     """
 
     stream: object
@@ -73,6 +79,8 @@ class Particle:
     checks: int = 0
     masks: int = 0
     forced: int = 0  # tokens whose bytes the grammar forced (no other text could follow)
+    backtracks_left: int = 0
+    banned: dict[int, set[int]] = field(default_factory=dict)  # position -> tokens forbidden
 
     @property
     def running(self) -> bool:
@@ -103,7 +111,33 @@ class Particle:
         twin.terms = [m.fork(s) if s is not None else None for m, s in zip(models, self.terms)]
         twin.matcher, twin.tokens = self.matcher.fork(), list(self.tokens)
         twin.step_s = list(self.step_s)
+        twin.banned = {position: set(ids) for position, ids in self.banned.items()}
         return twin
+
+    def unbanned(self, row: torch.Tensor, position: int) -> torch.Tensor:
+        """`row` with the tokens banned at `position` (by `backtrack`) at -inf."""
+        ids = self.banned.get(position)
+        if not ids:
+            return row
+        return row.index_fill(-1, torch.tensor(sorted(ids), device=row.device), -math.inf)
+
+
+def backtrack(particle: Particle, model, stack: BoundStack) -> bool:
+    """A dead end (nothing allowed has probability > 0): undo the last token and forbid it
+    at its position, so the next draw there takes another way. False when no backtrack is
+    left or nothing can be undone.
+
+    Dead ends come from constraints checked on the text (uniqueItems over items whose
+    language is not finite, duplicate keys): the grammar allows a prefix that the check
+    then closes off, e.g. an array item that can only end as a copy of an earlier one."""
+    if particle.backtracks_left <= 0 or not particle.tokens:
+        return False
+    position, token = len(particle.tokens) - 1, particle.tokens[-1]
+    particle.rollback(1, model, stack)
+    particle.banned = {p: ids for p, ids in particle.banned.items() if p <= position}
+    particle.banned.setdefault(position, set()).add(token)
+    particle.backtracks_left -= 1
+    return True
 
 
 def forced_eos(logprobs: torch.Tensor, eos_ids: Sequence[int], generator, greedy: bool) -> Draw:
@@ -135,6 +169,7 @@ def advance(
     stats.forward_s += time.perf_counter() - t_start
     for particle, (main, term_rows) in zip(particles, rows):
         row = stack.before_constraint(main, term_rows, particle.tokens)
+        row = particle.unbanned(row, len(particle.tokens))
         t0 = time.perf_counter()
         matcher = particle.matcher
         draw = draw_next(row, matcher, particle.tokens, sampler, stack, generator, greedy)
@@ -149,6 +184,8 @@ def advance(
         particle.masks += draw.masks
         if draw.log_weight == -math.inf:
             _spent(stats, particle, draw.constraint_s)
+            if backtrack(particle, model, stack):
+                continue
             particle.log_weight = -math.inf
             particle.finish("dead", draw.reason)
             continue

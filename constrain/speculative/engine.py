@@ -29,7 +29,13 @@ import torch
 from constrain.processors.bound import BoundStack
 from constrain.samplers.base import categorical
 from constrain.samplers.lcd import LCD
-from constrain.samplers.sequence import Particle, StepStats, draw_next, finish_at_length
+from constrain.samplers.sequence import (
+    Particle,
+    StepStats,
+    backtrack,
+    draw_next,
+    finish_at_length,
+)
 from constrain.speculative.drafters import Draft, ModelDrafter, lookup_continuations
 
 __all__ = ["Speculative", "SpeculativeStats", "decode_speculative"]
@@ -239,6 +245,7 @@ class _Engine:
             matcher = draft.matchers[i] if i < len(draft) else draft.final
             prefix = particle.tokens + emitted
             row = self.stack.before_constraint(main[i], [r[i] for r in term_rows], prefix)
+            row = particle.unbanned(row, len(prefix))
             candidates = [c for c in alive if i < len(drafts[c])]
             guess = None if greedy else self._sampled_guess(drafts[0], i, alive)
             if guess is not None:
@@ -249,8 +256,12 @@ class _Engine:
                 particle.checks += d.checks
                 particle.masks += d.masks
             if log_w == -math.inf:
-                particle.log_weight = -math.inf
-                particle.finish("dead", "every allowed token has probability 0")
+                if emitted:  # keep what came before; the next step starts at the dead end
+                    break
+                self._keep(particle, particle, drafts[0], drafts[0], [])
+                if not backtrack(particle, self.model, self.stack):
+                    particle.log_weight = -math.inf
+                    particle.finish("dead", "every allowed token has probability 0")
                 return
             particle.log_weight += log_w
             emitted.append(y)
