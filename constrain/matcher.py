@@ -78,7 +78,9 @@ class Constraint:
                 after which the text can still be completed within it (see `Matcher`).
         """
         check = self.grammar.check
-        return Matcher(self, [self.automaton.start], max_tokens, None if check is None else [check.start])
+        return Matcher(
+            self, [self.automaton.start], max_tokens, None if check is None else [check.start]
+        )
 
     def completion(self, state: Hashable) -> tuple[int, int | None] | None:
         """A shortest completion of `state`: ``(tokens, first token)`` of its bytes tokenized
@@ -239,7 +241,8 @@ class Matcher:
         self._states = states
         self.max_tokens = max_tokens
         self._texts = texts  # the grammar's text-check states, beside `_states` (None: no check)
-        self._fed: tuple = (None, None, None)  # (texts state, token, its successor): check -> advance
+        # (texts state, token, its successor): what `check` found, for `advance`
+        self._fed: tuple = (None, None, None)
 
     # -- queries (no state change) --------------------------------------------------------------
 
@@ -316,7 +319,9 @@ class Matcher:
         risky = None if self._texts is None else c.grammar.check.risky(self._texts[-1])
         if risky is not None:
             sensitive = c.tokens_selected(risky)
-            refused = [t for t in sensitive[mask[sensitive]].tolist() if self._text_after(t) is None]
+            refused = [
+                t for t in sensitive[mask[sensitive]].tolist() if self._text_after(t) is None
+            ]
             if refused:
                 mask = mask.copy() if budget is None else mask
                 mask[refused] = False

@@ -390,7 +390,7 @@ def test_long_length_bounds_are_counted_exactly(low, high):
     limit = high if high is not None else low + 100
     lengths = {low - 1, low, low + 1, limit - 1, limit, limit + 1, 31, 32, 33, 320, 321, 0}
     for n in sorted(k for k in lengths if 0 <= k <= 2000):
-        text = json.dumps(("ab\né\"" * n)[:n], ensure_ascii=False)
+        text = json.dumps(('ab\né"' * n)[:n], ensure_ascii=False)
         valid = low <= n and (high is None or n <= high)
         assert grammar.matches(text) == valid, (n, text[:40])
 

@@ -213,7 +213,9 @@ class Completions:
             if tag and tag not in tags_seen:
                 tags_seen.add(tag)
                 found.append((tag, _path(parents, q)))
-            successors, at = np.unique(lexer.rows(np.array([q]))[0, BYTE_PREFERENCE], return_index=True)
+            successors, at = np.unique(
+                lexer.rows(np.array([q]))[0, BYTE_PREFERENCE], return_index=True
+            )
             for i in np.argsort(at).tolist():  # in the order of their first byte
                 t = int(successors[i])
                 if t and t not in parents:

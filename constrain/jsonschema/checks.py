@@ -49,7 +49,9 @@ class _Object:
 class _Array:
     __slots__ = ("shapes", "unique", "seen", "index")
 
-    def __init__(self, shapes: tuple[ArrayShape, ...] | None, unique: bool, seen: frozenset, index: int):
+    def __init__(
+        self, shapes: tuple[ArrayShape, ...] | None, unique: bool, seen: frozenset, index: int
+    ):
         self.shapes, self.unique, self.seen, self.index = shapes, unique, seen, index
 
 

@@ -64,6 +64,7 @@ def draft_validator(draft: str):
     name = DRAFTS.get(draft)
     return getattr(jsonschema, name) if name else None
 
+
 WHITESPACE = {"compact": None, "default": r"[ \n]{1,40}"}
 _ABSENT = Prop(NOTHING)
 _CHUNK = 32  # characters per chunk lexeme of a long string
