@@ -246,3 +246,11 @@ def test_dead_end_backtracks_to_another_item():
         assert out.value == [{"a": 1}, {"a": 2}]
     with pytest.raises(cn.ConstrainError, match="cannot continue"):
         cn.generate(model, "x", backtracks=0, **options)
+    # the model prefers `,` to `]`: `[true,false,` has no third boolean, the comma goes
+    row = [0.1, 0.3, 0.2, 0.25, 0.05, 0.1]
+    booleans = ToyLM(["[", "true", "false", ",", "]"], lambda context: row)
+    schema = {"type": "array", "items": {"type": "boolean"}, "uniqueItems": True}
+    out = cn.generate(
+        booleans, "x", schema=schema, greedy=True, schema_options=options["schema_options"]
+    )
+    assert out.text == "[true,false]", out.text

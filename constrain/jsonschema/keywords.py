@@ -58,8 +58,8 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "uniqueItems": ("exact", "not context-free, so checked on the text beside the grammar: "
                     "a token completing a repeated item (compared as JSON values) is refused; "
                     "enforced where any `anyOf` branch asks for it; `not` of it is "
-                    "UnsupportedSchemaError; no lookahead (a dead end is possible when every "
-                    "continuation repeats)"),
+                    "UnsupportedSchemaError; no lookahead: dead ends are backtracked by "
+                    "`generate` (`backtracks=`)"),
     "minLength / maxLength": ("exact", "code points; escapes count as one character; long "
                               "bounds counted in the grammar in 32-character chunks"),
     "pattern": ("exact", "ECMA-262 search semantics (Unicode `\\s`, `\\S` also inside a "
