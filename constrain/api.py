@@ -146,8 +146,9 @@ class Generator:
             the time left also bounds the token budget, so the text is closed in time.
         speculative: `cn.Speculative(...)`: draft tokens (grammar-forced, prompt lookup, a
             draft model) verified in one target forward; the output distribution is exactly
-            the non-speculative one (greedy: the same tokens). Verified positions are sampled
-            from the full masked distribution, as LCD does, whatever the token sampler.
+            the non-speculative one (greedy: the same tokens). A draft model's positions are
+            verified against the full masked distribution (LCD's weight); elsewhere the token
+            sampler draws as usual.
         backtracks: how many tokens a generation may undo at dead ends (default 32). A
             constraint checked on the text (uniqueItems over open-ended items, no duplicate
             keys) can allow a prefix it then closes off, e.g. an array item that can only end
