@@ -219,9 +219,11 @@ class Matcher:
     shrinks to the texts that fit it: near the end of the budget (once fewer than ``64 +`` the
     shortest completion's tokens are left) a token is allowed only if a shortest completion
     after it still fits in the tokens left, so a generation cut by the budget ends with a
-    complete text. The filter is off where it cannot help: when no completion fits any more,
-    when a token lengthens the shortest completion by more than 64 tokens at once, or in a
-    state whose completion the automaton cannot find.
+    complete text. When no completion fits any more (a deadline lowered the budget, or the
+    text nested deeper than it left room for), only tokens that start a shortest completion
+    are allowed: the text closes as fast as it can. The filter is off when a token lengthens
+    the shortest completion by more than 64 tokens at once, and in a state whose completion
+    the automaton cannot find.
 
     A grammar with a text check (`Grammar.check`: no duplicate JSON keys, unique items) keeps
     the check's state beside each automaton state; a token the check refuses is refused by
@@ -426,8 +428,9 @@ class Matcher:
 
     def _budget(self) -> tuple[int, int | None] | None:
         """``(tokens left after the next one, the token starting a shortest completion)`` when
-        the budget filters the next token; None when it does not: no budget, more than the
-        window away from it, or no completion fits any more (the text will be cut)."""
+        the budget filters the next token; None when it does not: no budget, or more than the
+        window away from it. When no completion fits any more, the room is what the shortest
+        completion needs after its first token: only tokens that start one are allowed."""
         if self.max_tokens is None:
             return None
         plan = self.constraint.completion(self._states[-1])
@@ -435,9 +438,9 @@ class Matcher:
             return None
         needed, first = plan
         left = self.max_tokens - self.n_tokens
-        if needed > left or left >= needed + _BUDGET_WINDOW:
+        if left >= needed + _BUDGET_WINDOW:
             return None
-        return left - 1, first
+        return max(left, needed) - 1, first
 
     def _fits(self, budget: tuple[int, int | None], token: int, nxt: Hashable) -> bool:
         """`token` (leading to state `nxt`) leaves a completion within the budget. The token

@@ -240,10 +240,21 @@ def test_budget_filter_matches_check_and_explains(smollm_vocab: Vocabulary):
         m.advance(refused)
 
 
-def test_budget_is_off_when_nothing_fits(smollm_vocab: Vocabulary):
-    """A budget too small for any completion filters nothing: the text is cut, not killed."""
+def test_budget_closes_fastest_when_nothing_fits(smollm_vocab: Vocabulary):
+    """A budget too small for any completion allows only tokens that start a shortest
+    completion: every walk ends complete within the planned completion's length (the text
+    closes as fast as it can)."""
     constraint = cn.Constraint(cn.Grammar.from_regex(r"[a-z]{50}"), smollm_vocab)
-    assert (constraint.start(max_tokens=3).mask() == constraint.start().mask()).all()
+    needed, _ = constraint.completion(constraint.start().state)
+    assert needed > 3
+    assert 0 < constraint.start(max_tokens=3).mask().sum() < constraint.start().mask().sum()
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        m, steps = constraint.start(max_tokens=3), 0
+        while not m.accepting():
+            m.advance(int(rng.choice(np.flatnonzero(m.mask()))))
+            steps += 1
+        assert steps <= needed  # no longer than the completion the budget planned
 
 
 def test_filtered_masks_are_not_shared_through_the_device_cache(smollm_vocab: Vocabulary):
