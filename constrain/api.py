@@ -310,7 +310,7 @@ class Generator:
                         p.finish("timeout", f"decoding took more than {self.timeout} s")
                 return
             if self.fit_max_tokens:
-                _budget_by_deadline(current, self.timeout - elapsed)
+                _budget_by_deadline(current, self.timeout - elapsed, self.max_tokens)
 
     def _result(self, particle: Particle, t_call: float, prefill_s: float) -> GenerationResult:
         if particle.finish_reason == "dead":
@@ -456,16 +456,16 @@ _DEADLINE_MARGIN = 0.85  # the share of the time left that the deadline budget p
 _STEP_WINDOW = 8  # recent steps whose mean time predicts the next ones
 
 
-def _budget_by_deadline(particles: list[Particle], seconds_left: float) -> None:
-    """Lower each running particle's token budget to the steps that fit in `seconds_left`."""
+def _budget_by_deadline(particles: list[Particle], seconds_left: float, cap: int) -> None:
+    """Set each running particle's token budget to the steps that fit in `seconds_left` at the
+    recent step time, at most `cap` (max_tokens). Recomputed every step, so slow first steps
+    (cold masks, a long prefill) do not fix a budget that later steps would not need."""
     for p in particles:
         recent = p.step_s[-_STEP_WINDOW:]
         if not p.running or not recent:
             continue
         steps_left = int(_DEADLINE_MARGIN * seconds_left * len(recent) / sum(recent))
-        budget = p.matcher.n_tokens + steps_left
-        if p.matcher.max_tokens is None or budget < p.matcher.max_tokens:
-            p.matcher.max_tokens = budget
+        p.matcher.max_tokens = min(cap, p.matcher.n_tokens + steps_left)
 
 
 def _validator(schema, type_, draft: str | None = None):

@@ -192,19 +192,22 @@ def test_budget_closes_json_that_plain_cutting_leaves_open(tiny_model):
     assert fitted >= 4
 
 
-def test_deadline_lowers_the_budget():
-    """The time left becomes a token budget at the recent step time, with a margin, and only
-    ever lowers it."""
+def test_deadline_sets_the_budget():
+    """The time left becomes a token budget at the recent step time, with a margin, capped by
+    max_tokens; it follows the step time both ways (a slow start does not fix it)."""
     from constrain.api import _budget_by_deadline
     from constrain.samplers.sequence import Particle
 
     constraint = cn.Constraint(cn.Grammar.from_regex("[a-z]+"), _letters_vocab())
     p = Particle(stream=None, matcher=constraint.start(max_tokens=1000))
     p.step_s = [0.1] * 8
-    _budget_by_deadline([p], seconds_left=2.0)
+    _budget_by_deadline([p], seconds_left=2.0, cap=1000)
     assert p.matcher.max_tokens == 17  # 0.85 * 2.0 s / 0.1 s
-    _budget_by_deadline([p], seconds_left=30.0)
-    assert p.matcher.max_tokens == 17
+    p.step_s += [0.01] * 8
+    _budget_by_deadline([p], seconds_left=2.0, cap=1000)
+    assert p.matcher.max_tokens == 170
+    _budget_by_deadline([p], seconds_left=30.0, cap=1000)
+    assert p.matcher.max_tokens == 1000
 
 
 def _letters_vocab() -> cn.Vocabulary:
