@@ -27,7 +27,6 @@ __all__ = [
     "Particle",
     "StepStats",
     "advance",
-    "backtrack",
     "decode",
     "draw_next",
     "finish_at_length",
@@ -114,30 +113,29 @@ class Particle:
         twin.banned = {position: set(ids) for position, ids in self.banned.items()}
         return twin
 
-    def unbanned(self, row: torch.Tensor, position: int) -> torch.Tensor:
+    def without_banned(self, row: torch.Tensor, position: int) -> torch.Tensor:
         """`row` with the tokens banned at `position` (by `backtrack`) at -inf."""
         ids = self.banned.get(position)
         if not ids:
             return row
         return row.index_fill(-1, torch.tensor(sorted(ids), device=row.device), -math.inf)
 
+    def backtrack(self, model, stack: BoundStack) -> bool:
+        """A dead end (nothing allowed has probability > 0): undo the last token and forbid it
+        at its position, so the next draw there takes another way. False when no backtrack is
+        left or nothing can be undone.
 
-def backtrack(particle: Particle, model, stack: BoundStack) -> bool:
-    """A dead end (nothing allowed has probability > 0): undo the last token and forbid it
-    at its position, so the next draw there takes another way. False when no backtrack is
-    left or nothing can be undone.
-
-    Dead ends come from constraints checked on the text (uniqueItems over items whose
-    language is not finite, duplicate keys): the grammar allows a prefix that the check
-    then closes off, e.g. an array item that can only end as a copy of an earlier one."""
-    if particle.backtracks_left <= 0 or not particle.tokens:
-        return False
-    position, token = len(particle.tokens) - 1, particle.tokens[-1]
-    particle.rollback(1, model, stack)
-    particle.banned = {p: ids for p, ids in particle.banned.items() if p <= position}
-    particle.banned.setdefault(position, set()).add(token)
-    particle.backtracks_left -= 1
-    return True
+        Dead ends come from constraints checked on the text (uniqueItems over items whose
+        language is not finite, duplicate keys): the grammar allows a prefix that the check
+        then closes off, e.g. an array item that can only end as a copy of an earlier one."""
+        if self.backtracks_left <= 0 or not self.tokens:
+            return False
+        position, token = len(self.tokens) - 1, self.tokens[-1]
+        self.rollback(1, model, stack)
+        self.banned = {p: ids for p, ids in self.banned.items() if p <= position}
+        self.banned.setdefault(position, set()).add(token)
+        self.backtracks_left -= 1
+        return True
 
 
 def forced_eos(logprobs: torch.Tensor, eos_ids: Sequence[int], generator, greedy: bool) -> Draw:
@@ -169,7 +167,7 @@ def advance(
     stats.forward_s += time.perf_counter() - t_start
     for particle, (main, term_rows) in zip(particles, rows):
         row = stack.before_constraint(main, term_rows, particle.tokens)
-        row = particle.unbanned(row, len(particle.tokens))
+        row = particle.without_banned(row, len(particle.tokens))
         t0 = time.perf_counter()
         matcher = particle.matcher
         draw = draw_next(row, matcher, particle.tokens, sampler, stack, generator, greedy)
@@ -184,7 +182,7 @@ def advance(
         particle.masks += draw.masks
         if draw.log_weight == -math.inf:
             _spent(stats, particle, draw.constraint_s)
-            if backtrack(particle, model, stack):
+            if particle.backtrack(model, stack):
                 continue
             particle.log_weight = -math.inf
             particle.finish("dead", draw.reason)

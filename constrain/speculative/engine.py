@@ -32,7 +32,6 @@ from constrain.samplers.lcd import LCD
 from constrain.samplers.sequence import (
     Particle,
     StepStats,
-    backtrack,
     draw_next,
     finish_at_length,
 )
@@ -245,7 +244,7 @@ class _Engine:
             matcher = draft.matchers[i] if i < len(draft) else draft.final
             prefix = particle.tokens + emitted
             row = self.stack.before_constraint(main[i], [r[i] for r in term_rows], prefix)
-            row = particle.unbanned(row, len(prefix))
+            row = particle.without_banned(row, len(prefix))
             candidates = [c for c in alive if i < len(drafts[c])]
             guess = None if greedy else self._sampled_guess(drafts[0], i, alive)
             if guess is not None:
@@ -259,7 +258,7 @@ class _Engine:
                 if emitted:  # keep what came before; the next step starts at the dead end
                     break
                 self._keep(particle, particle, drafts[0], drafts[0], [])
-                if not backtrack(particle, self.model, self.stack):
+                if not particle.backtrack(self.model, self.stack):
                     particle.log_weight = -math.inf
                     particle.finish("dead", "every allowed token has probability 0")
                 return
