@@ -310,7 +310,8 @@ class Generator:
                         p.finish("timeout", f"decoding took more than {self.timeout} s")
                 return
             if self.fit_max_tokens:
-                _budget_by_deadline(current, self.timeout - elapsed, self.max_tokens)
+                for p in current:
+                    p.fit_deadline(elapsed, self.timeout, self.max_tokens)
 
     def _result(self, particle: Particle, t_call: float, prefill_s: float) -> GenerationResult:
         if particle.finish_reason == "dead":
@@ -402,6 +403,7 @@ class Generator:
             stats=options["stats"],
             score_eos=options["score_eos"],
             timeout=self.timeout,
+            fit_deadline=self.fit_max_tokens,
         )
         result = self._result(particle, t_call, prefill_s)
         result.stats.speculative = report
@@ -450,22 +452,6 @@ class TextStream:
         if tail:
             yield tail
         self.result = gen._result(particle, t_call, prefill_s)
-
-
-_DEADLINE_MARGIN = 0.85  # the share of the time left that the deadline budget plans to use
-_STEP_WINDOW = 8  # recent steps whose mean time predicts the next ones
-
-
-def _budget_by_deadline(particles: list[Particle], seconds_left: float, cap: int) -> None:
-    """Set each running particle's token budget to the steps that fit in `seconds_left` at the
-    recent step time, at most `cap` (max_tokens). Recomputed every step, so slow first steps
-    (cold masks, a long prefill) do not fix a budget that later steps would not need."""
-    for p in particles:
-        recent = p.step_s[-_STEP_WINDOW:]
-        if not p.running or not recent:
-            continue
-        steps_left = int(_DEADLINE_MARGIN * seconds_left * len(recent) / sum(recent))
-        p.matcher.max_tokens = min(cap, p.matcher.n_tokens + steps_left)
 
 
 def _validator(schema, type_, draft: str | None = None):

@@ -193,20 +193,25 @@ def test_budget_closes_json_that_plain_cutting_leaves_open(tiny_model):
 
 
 def test_deadline_sets_the_budget():
-    """The time left becomes a token budget at the recent step time, with a margin, capped by
-    max_tokens; it follows the step time both ways (a slow start does not fix it)."""
-    from constrain.api import _budget_by_deadline
+    """The time left becomes a token budget at the recent token rate, with a margin and a
+    reserve for one slow step, capped by max_tokens; it follows the rate both ways (a slow
+    start does not fix it), and counts the tokens of multi-token (speculative) steps."""
     from constrain.samplers.sequence import Particle
 
     constraint = cn.Constraint(cn.Grammar.from_regex("[a-z]+"), _letters_vocab())
     p = Particle(stream=None, matcher=constraint.start(max_tokens=1000))
-    p.step_s = [0.1] * 8
-    _budget_by_deadline([p], seconds_left=2.0, cap=1000)
-    assert p.matcher.max_tokens == 17  # 0.85 * 2.0 s / 0.1 s
-    p.step_s += [0.01] * 8
-    _budget_by_deadline([p], seconds_left=2.0, cap=1000)
-    assert p.matcher.max_tokens == 170
-    _budget_by_deadline([p], seconds_left=30.0, cap=1000)
+    p.step_s, p.step_tokens = [0.1] * 8, [1] * 8
+    p.fit_deadline(elapsed=58.0, timeout=60.0, cap=1000)
+    assert p.matcher.max_tokens == 7  # (0.85 * 2.0 s - 1 s reserve) / 0.1 s
+    p.step_s, p.step_tokens = p.step_s + [0.01] * 8, p.step_tokens + [1] * 8
+    p.fit_deadline(elapsed=58.0, timeout=60.0, cap=1000)
+    assert p.matcher.max_tokens == 70
+    p.step_tokens[-8:] = [5] * 8  # speculative steps emitting 5 tokens each
+    p.fit_deadline(elapsed=58.0, timeout=60.0, cap=1000)
+    assert p.matcher.max_tokens == 350
+    p.fit_deadline(elapsed=59.5, timeout=60.0, cap=1000)
+    assert p.matcher.max_tokens == 0  # inside the reserve: close as fast as possible
+    p.fit_deadline(elapsed=30.0, timeout=60.0, cap=1000)
     assert p.matcher.max_tokens == 1000
 
 

@@ -20,6 +20,12 @@ in the shared data), and a schema longer than `--max-schema-tokens` is cut in th
 (the constraint still enforces all of it), so a small model with a short context can run the
 long schemas.
 
+``--speculative forced+lookup`` drafts grammar-forced and prompt-lookup tokens: greedy output is
+token for token the same, in fewer forwards (a small model often repeats itself until the
+budget closes the text, which prompt lookup drafts many tokens at a time). TPOT is then
+decoding time per output token. The report is rewritten after every schema, subsets are
+visited round-robin, and ``--resume`` continues a stopped run.
+
 Run: ``python -m constrain.bench.jsonschemabench --data ../shared/data/jsonschemabench
 [--subset S ...] [--limit 30] [--sampler awrs] [--model NAME] [--out report.json]
 [--markdown table.md]``; ``--compare a.json b.json [--plot out.png]`` draws two runs side by
@@ -29,6 +35,7 @@ side. Works on any folder of ``<Subset>/<id>.json`` schemas.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import signal
 import statistics
@@ -44,6 +51,8 @@ import constrain as cn
 from constrain.bench._common import fmt
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "jsonschemabench"
+# greedy speculative decoding emits exactly the tokens of plain decoding, in fewer forwards
+_SPECULATIVE = {"none": None, "forced": cn.Speculative(lookup=0), "forced+lookup": cn.Speculative()}
 SYSTEM = "You need to generate a JSON object that matches the schema below."
 
 # two worked examples per task group (written for this harness)
@@ -272,6 +281,7 @@ def run_schema(model, subset: str, path: Path, args) -> dict:
                 max_tokens=args.max_tokens,
                 greedy=True,
                 timeout=args.generation_timeout,
+                speculative=_SPECULATIVE[args.speculative],
             )
         record["compiled"] = True
     except _Timeout:
@@ -290,13 +300,16 @@ def run_schema(model, subset: str, path: Path, args) -> dict:
         record["error"] = f"{type(exc).__name__}: {exc}"[:300]
         return record
     s = out.stats
+    decode_s = sum(s.token_s)
     record.update(
         finish_reason=out.finish_reason,
         output_tokens=len(out.tokens),
         ttft_s=s.ttft_s,
-        tpot_s=s.tpot_s,
+        # a speculative step can emit several tokens: TPOT is then decoding time per token
+        tpot_s=s.tpot_s if s.speculative is None else decode_s / max(len(out.tokens), 1),
+        forwards=len(s.token_s),
         prefill_s=s.prefill_s,
-        decode_s=sum(s.token_s),
+        decode_s=decode_s,
         constraint_s=s.constraint_s,
         checks=s.checks,
         masks=s.masks,
@@ -431,6 +444,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subset", nargs="*", help="subsets to run (default: all)")
     parser.add_argument("--limit", type=int, default=30, help="schemas per subset, in file order")
     parser.add_argument("--sampler", default="awrs", help="awrs | lcd | awrs-two-pass")
+    parser.add_argument(
+        "--speculative",
+        choices=sorted(_SPECULATIVE),
+        default="none",
+        help="draft grammar-forced / prompt-lookup tokens (greedy: the same output, faster)",
+    )
     parser.add_argument("--model", default=None, help="default: the bundled SmolLM2")
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--compile-timeout", type=float, default=10.0)
@@ -439,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--whitespace", default="compact", help="compact | default | pretty")
     parser.add_argument("--out", type=Path, help="write the JSON report here")
     parser.add_argument("--markdown", type=Path, help="write the markdown table here")
+    parser.add_argument(
+        "--resume", action="store_true", help="skip the schemas already in --out (same settings)"
+    )
     parser.add_argument("--compare", nargs="+", type=Path, help="reports to put side by side")
     parser.add_argument("--plot", type=Path, help="with --compare: a PNG bar chart")
     args = parser.parse_args(argv)
@@ -456,13 +478,14 @@ def main(argv: list[str] | None = None) -> int:
 
     model = cn.load_model(args.model)
     subsets = args.subset or sorted(p.name for p in args.data.iterdir() if p.is_dir())
-    jobs = [(s, p) for s in subsets for p in sorted((args.data / s).glob("*.json"))[: args.limit]]
-    records = [
-        run_schema(model, s, p, args) for s, p in tqdm(jobs, desc="schemas", file=sys.stderr)
+    per_subset = [
+        [(s, p) for p in sorted((args.data / s).glob("*.json"))[: args.limit]] for s in subsets
     ]
-    rows = summarise(records)
+    # round-robin over the subsets: a run stopped early still covers every subset evenly
+    jobs = [job for round_ in itertools.zip_longest(*per_subset) for job in round_ if job]
     settings = {
         "sampler": args.sampler,
+        "speculative": args.speculative,
         "model": model.name,
         "device": str(model.device),
         "max_tokens": args.max_tokens,
@@ -475,15 +498,32 @@ def main(argv: list[str] | None = None) -> int:
     }
     title = (
         f"JSONSchemaBench ({args.data.name}, {args.limit} schemas per subset), {model.name} on "
-        f"{model.device}, greedy, sampler {args.sampler}; formats checked by the validator: "
-        f"{', '.join(settings['formats_checked'])}"
+        f"{model.device}, greedy, sampler {args.sampler}"
+        + (f", speculative {args.speculative}" if args.speculative != "none" else "")
+        + f"; formats checked by the validator: {', '.join(settings['formats_checked'])}"
     )
-    text = table(rows, title)
-    if args.out:
-        report = {"settings": settings, "title": title, "summary": rows, "records": records}
-        args.out.write_text(json.dumps(report, indent=1))
+    records = _resumed(args, settings)
+    done = {(r["subset"], r["id"]) for r in records}
+    for subset, path in tqdm(jobs, desc="schemas", file=sys.stderr):
+        if (subset, path.stem) in done:
+            continue
+        records.append(run_schema(model, subset, path, args))
+        if args.out:  # after every schema: a long run that stops keeps what it measured
+            report = {"settings": settings, "title": title, "records": records}
+            args.out.write_text(json.dumps({**report, "summary": summarise(records)}, indent=1))
+    text = table(summarise(records), title)
     _write(text, args, argv)
     return 0
+
+
+def _resumed(args, settings: dict) -> list[dict]:
+    """With ``--resume``, the records already in ``--out`` (same settings), else none."""
+    if not (args.resume and args.out and args.out.exists()):
+        return []
+    report = json.loads(args.out.read_text())
+    if report["settings"] != settings:
+        raise SystemExit(f"--resume: {args.out} was made with other settings")
+    return report["records"]
 
 
 def _write(text: str, args, argv: list[str] | None) -> None:

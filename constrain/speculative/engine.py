@@ -141,6 +141,7 @@ class _Engine:
             else None
         )
         self.stats = SpeculativeStats()
+        self.drafter_s = 0.0  # the draft model's time within the current draft
 
     # -- drafting --------------------------------------------------------------------------------
 
@@ -171,7 +172,9 @@ class _Engine:
             self.drafter.sync(particle.tokens + main.tokens)
             masked = self.settings.mask_drafts
             mask = _MASKS.device_mask(main.final, torch.device("cpu")) if masked else None
+            t_model = time.perf_counter()
             token, proposal = self.drafter.propose(mask, generator, greedy)
+            self.drafter_s += time.perf_counter() - t_model
             if token is None:
                 break
             if not main.final.check(token):  # an unmasked draft left the language
@@ -229,7 +232,9 @@ class _Engine:
     def step(self, particle: Particle, k: int, generator, greedy: bool, stats: StepStats) -> None:
         """One draft, one target forward, the kept tokens and one more, emitted on `particle`."""
         t0 = time.perf_counter()
+        self.drafter_s = 0.0
         drafts = self.draft(particle, k, generator, greedy)
+        constraint_s = time.perf_counter() - t0 - self.drafter_s  # checks, forced text
         branches = [particle] + [particle.fork(self.model, self.stack) for _ in drafts[1:]]
         scored = self.stack.score(
             [b.stream for b in branches], [b.terms for b in branches], [d.tokens for d in drafts]
@@ -254,6 +259,7 @@ class _Engine:
                 y, log_w = d.token, d.log_weight
                 particle.checks += d.checks
                 particle.masks += d.masks
+                constraint_s += d.constraint_s
             if log_w == -math.inf:
                 if emitted:  # keep what came before; the next step starts at the dead end
                     break
@@ -272,10 +278,15 @@ class _Engine:
             if not matching or y in self.eos:
                 break
             alive = matching
+        t_keep = time.perf_counter()
         kept = self._keep(particle, branches[alive[0]], drafts[alive[0]], drafts[0], emitted)
+        constraint_s += time.perf_counter() - t_keep  # matcher advances (and stream rollbacks)
+        stats.constraint_s += constraint_s
+        particle.constraint_s += constraint_s
         elapsed = time.perf_counter() - t0
         stats.step_s.append(elapsed)
         particle.step_s.append(elapsed)
+        particle.step_tokens.append(len(emitted))
         if particle.first_token_at is None:
             particle.first_token_at = time.perf_counter()
         if self.settings.adaptive:
@@ -362,18 +373,24 @@ def decode_speculative(
     stats: StepStats,
     score_eos: bool,
     timeout: float | None = None,
+    fit_deadline: bool = False,
 ) -> SpeculativeStats:
     """Run `particle` to the end with speculation (see the module docstring); with
-    `timeout`, stop (finish reason "timeout") once that many seconds have passed."""
+    `timeout`, stop (finish reason "timeout") once that many seconds have passed, and with
+    `fit_deadline` lower the token budget to what fits before then (`Particle.fit_deadline`)."""
     engine = _Engine(model, stack, settings, prompt_ids, temperature, sampler)
     per_model = _PREFERRED.setdefault(particle.matcher.constraint, {})
     engine.preferred = per_model.setdefault(id(model), {})
     eos = model.vocab.eos_ids[0]
     started = time.perf_counter()
     while particle.running:
-        if timeout is not None and time.perf_counter() - started > timeout:
-            particle.finish("timeout", f"decoding took more than {timeout} s")
-            break
+        if timeout is not None:
+            elapsed = time.perf_counter() - started
+            if elapsed > timeout:
+                particle.finish("timeout", f"decoding took more than {timeout} s")
+                break
+            if fit_deadline:
+                particle.fit_deadline(elapsed, timeout, max_tokens)
         budget = max_tokens - len(particle.tokens)
         if budget <= 0:
             finish_at_length(model, [particle], stack=stack, score_eos=score_eos, stats=stats)
