@@ -193,22 +193,19 @@ def test_budget_closes_json_that_plain_cutting_leaves_open(tiny_model):
 
 
 def test_deadline_sets_the_budget():
-    """The time left becomes a token budget at the recent token rate, with a margin and a
-    reserve for one slow step, capped by max_tokens; it follows the rate both ways (a slow
-    start does not fix it), and counts the tokens of multi-token (speculative) steps."""
+    """The time left becomes a token budget at the recent step time (a step emits at least one
+    token, speculative or not), with a margin and a reserve for one slow step, capped by
+    max_tokens; it follows the step time both ways (a slow start does not fix it)."""
     from constrain.samplers.sequence import Particle
 
     constraint = cn.Constraint(cn.Grammar.from_regex("[a-z]+"), _letters_vocab())
     p = Particle(stream=None, matcher=constraint.start(max_tokens=1000))
-    p.step_s, p.step_tokens = [0.1] * 8, [1] * 8
-    p.fit_deadline(elapsed=58.0, timeout=60.0, cap=1000)
-    assert p.matcher.max_tokens == 7  # (0.85 * 2.0 s - 1 s reserve) / 0.1 s
-    p.step_s, p.step_tokens = p.step_s + [0.01] * 8, p.step_tokens + [1] * 8
-    p.fit_deadline(elapsed=58.0, timeout=60.0, cap=1000)
-    assert p.matcher.max_tokens == 70
-    p.step_tokens[-8:] = [5] * 8  # speculative steps emitting 5 tokens each
-    p.fit_deadline(elapsed=58.0, timeout=60.0, cap=1000)
-    assert p.matcher.max_tokens == 350
+    p.step_s = [0.1] * 8
+    p.fit_deadline(elapsed=57.0, timeout=60.0, cap=1000)
+    assert p.matcher.max_tokens == 15  # (0.85 * 3 s - 1 s reserve) / 0.1 s
+    p.step_s += [0.01] * 8
+    p.fit_deadline(elapsed=57.0, timeout=60.0, cap=1000)
+    assert p.matcher.max_tokens == 154  # 1.55 s at 0.01 s, rounded down
     p.fit_deadline(elapsed=59.5, timeout=60.0, cap=1000)
     assert p.matcher.max_tokens == 0  # inside the reserve: close as fast as possible
     p.fit_deadline(elapsed=30.0, timeout=60.0, cap=1000)

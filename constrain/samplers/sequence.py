@@ -51,7 +51,7 @@ class StepStats:
 
 
 _DEADLINE_MARGIN = 0.85  # the share of the time left that a deadline budget plans to use
-_RATE_WINDOW = 8  # recent steps whose rate predicts the next ones
+_STEP_WINDOW = 8  # recent steps whose mean time predicts the next ones
 
 
 @dataclass
@@ -77,7 +77,6 @@ class Particle:
     finish_reason: str | None = None
     reason: str = ""
     step_s: list[float] = field(default_factory=list)  # wall time of each step it took part in
-    step_tokens: list[int] = field(default_factory=list)  # tokens each step emitted
     first_token_at: float | None = None  # perf_counter() when its first token was drawn
     constraint_s: float = 0.0
     checks: int = 0
@@ -114,22 +113,25 @@ class Particle:
         models = stack.term_models if stack is not None else [model] * len(self.terms)
         twin.terms = [m.fork(s) if s is not None else None for m, s in zip(models, self.terms)]
         twin.matcher, twin.tokens = self.matcher.fork(), list(self.tokens)
-        twin.step_s, twin.step_tokens = list(self.step_s), list(self.step_tokens)
+        twin.step_s = list(self.step_s)
         twin.banned = {position: set(ids) for position, ids in self.banned.items()}
         return twin
 
     def fit_deadline(self, elapsed: float, timeout: float, cap: int) -> None:
-        """Lower the token budget (`matcher.max_tokens`, at most `cap`) to the tokens that fit
-        in the time left at the recent rate, keeping a margin and a reserve for one slow step
-        (a cold mask: 1 s, less for short timeouts). Recomputed every step, so slow first steps
-        do not fix a budget later steps would not need; the text closes in time instead of
-        being cut by the timeout."""
-        seconds, tokens = sum(self.step_s[-_RATE_WINDOW:]), sum(self.step_tokens[-_RATE_WINDOW:])
-        if not self.running or not seconds:
+        """Lower the token budget (`matcher.max_tokens`, at most `cap`) to the steps that fit in
+        the time left at the recent step time, keeping a margin and a reserve for one slow step
+        (a cold mask: 1 s, less for short timeouts). Every step emits at least one token, so
+        the text can always close within the budget, speculative steps or not. Recomputed every
+        step, so slow first steps do not fix a budget later steps would not need; the text
+        closes in time instead of being cut by the timeout."""
+        recent = self.step_s[-_STEP_WINDOW:]
+        if not self.running or not recent:
             return
         reserve = min(1.0, 0.05 * timeout)
         planned = max(0.0, _DEADLINE_MARGIN * (timeout - elapsed) - reserve)
-        self.matcher.max_tokens = min(cap, self.matcher.n_tokens + int(planned * tokens / seconds))
+        self.matcher.max_tokens = min(
+            cap, self.matcher.n_tokens + int(planned * len(recent) / sum(recent))
+        )
 
     def without_banned(self, row: torch.Tensor, position: int) -> torch.Tensor:
         """`row` with the tokens banned at `position` (by `backtrack`) at -inf."""
@@ -223,7 +225,6 @@ def advance(
     stats.step_s.append(elapsed)
     for particle in particles:
         particle.step_s.append(elapsed)
-        particle.step_tokens.append(1)
 
 
 def draw_next(

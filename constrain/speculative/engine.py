@@ -286,7 +286,6 @@ class _Engine:
         elapsed = time.perf_counter() - t0
         stats.step_s.append(elapsed)
         particle.step_s.append(elapsed)
-        particle.step_tokens.append(len(emitted))
         if particle.first_token_at is None:
             particle.first_token_at = time.perf_counter()
         if self.settings.adaptive:
