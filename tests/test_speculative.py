@@ -196,3 +196,21 @@ def test_greedy_outputs_are_identical_on_the_bundled_model(smollm):
         )
         assert fast.tokens == plain.tokens, name
         assert fast.finish_reason == plain.finish_reason, name
+
+
+def test_lookup_draft_ends_at_eos():
+    """A prompt-lookup continuation that holds EOS ends the draft there (nothing is drafted
+    after the end of the text)."""
+    from constrain.samplers.sequence import Particle
+    from constrain.speculative.engine import _Engine
+
+    lm = ToyLM.uniform(TOKENS, 0.1)
+    eos = lm.vocab.eos_ids[0]
+    matcher = cn.Constraint(cn.Grammar.from_regex("(ba)+"), lm.vocab).start()
+    matcher.advance_many([1, 0])  # "ba"
+    particle = Particle(stream=None, matcher=matcher, tokens=[1, 0])
+    prompt = [1, 0, eos, 0]  # "b a" once before, followed by EOS
+
+    engine = _Engine(lm, None, cn.Speculative(forced=False, k=8), prompt, 1.0, None)
+    (draft,) = engine.draft(particle, 8, None, greedy=True)
+    assert draft.tokens[-1] == eos and draft.final.finished()

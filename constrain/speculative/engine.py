@@ -151,6 +151,8 @@ class _Engine:
         main = Draft(particle.matcher)
         drafts = [main]
         while len(main) < k:
+            if main.final.finished():  # a lookup continuation ended with EOS
+                break
             if main.final.done():  # only EOS can follow
                 main.add(min(self.eos), None, "forced")
                 break
