@@ -50,8 +50,8 @@ bench-models: $(VENV)/.bench
 
 # JSONSchemaBench, 30 schemas per subset, AWRS and LCD side by side (a few hours on 2 cores)
 jsonschemabench: $(VENV)/.bench
-	$(BIN)/python -m constrain.bench.jsonschemabench --limit 30 --sampler awrs --out bench/jsonschemabench-awrs.json
-	$(BIN)/python -m constrain.bench.jsonschemabench --limit 30 --sampler lcd --out bench/jsonschemabench-lcd.json
+	$(BIN)/python -m constrain.bench.jsonschemabench --limit 30 --sampler awrs --speculative forced+lookup --resume --out bench/jsonschemabench-awrs.json
+	$(BIN)/python -m constrain.bench.jsonschemabench --limit 30 --sampler lcd --speculative forced+lookup --resume --out bench/jsonschemabench-lcd.json
 	$(BIN)/python -m constrain.bench.jsonschemabench --compare bench/jsonschemabench-awrs.json bench/jsonschemabench-lcd.json --markdown docs/benchmarks/jsonschemabench.md --plot docs/benchmarks/jsonschemabench.png
 
 # JSON Schema Test Suite and MaskBench-style conformance (about 25 minutes on 2 cores)
