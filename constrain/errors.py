@@ -15,6 +15,7 @@ class RegexError(ConstrainError, ValueError):
     """A regex is malformed, uses an unsupported construct, or exceeds a compile limit.
 
     Attributes:
+        reason: what is wrong, without the position and pattern.
         pattern: the regex source.
         position: character offset of the offending construct, or None when the error is global
             (for example a state-count limit).
@@ -23,6 +24,7 @@ class RegexError(ConstrainError, ValueError):
     def __init__(self, message: str, pattern: str, position: int | None = None):
         where = f" at position {position}" if position is not None else ""
         super().__init__(f"{message}{where} in regex {pattern!r}")
+        self.reason = message
         self.pattern = pattern
         self.position = position
 

@@ -315,7 +315,7 @@ def test_masks_under_a_schema_match_brute_force(smollm_vocab):
         ({"type": "array", "items": {"not": {"uniqueItems": True}}}, "not", "/items"),
         ({"$ref": "https://example.com/s.json"}, "$ref", "#"),
         ({"$ref": "#/$defs/missing"}, "$ref", "#"),
-        ({"properties": {"p": {"pattern": "(?=a)b"}}}, "pattern", "/properties/p"),
+        ({"properties": {"p": {"pattern": "(?<=a)b"}}}, "pattern", "/properties/p"),
         (
             {"oneOf": [{"additionalProperties": {"type": "integer"}}, {"type": "object"}]},
             "oneOf",
@@ -479,3 +479,12 @@ def test_draft_option_overrides_the_declared_dialect():
     assert not modern.matches('{"d":"text"}') and modern.matches('{"d":{}}')
     with pytest.raises(ValueError, match="unknown draft"):
         cn.Grammar.from_json_schema(schema, draft="draft-99")
+
+
+def test_pattern_lookaheads_are_exact():
+    """ECMA lookaheads in `pattern` (search semantics) agree with the validator."""
+    schema = {"type": "string", "pattern": "^(?!.*--)(?=.{2,8}$)[a-z][a-z-]*$"}
+    grammar = cn.Grammar.from_json_schema(schema)
+    for text in ["ab", "a-b", "a--b", "a", "abcdefghi", "ab-", "-ab", "abcdefgh"]:
+        valid = jsonschema.Draft202012Validator(schema).is_valid(text)
+        assert grammar.matches(json.dumps(text)) == valid, text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 
@@ -139,8 +140,8 @@ def test_semantics_of_shorthand_classes():
 @pytest.mark.parametrize(
     "pattern, construct, position",
     [
-        (r"a(?=b)", "lookahead", 1),
-        (r"a(?!b)", "negative lookahead", 1),
+        (r"(?=a(?!b))a", "negative lookahead (?!...) inside a lookahead", 4),
+        (r"(?=a|b", "unterminated group", 0),
         (r"x(?<=a)b", "lookbehind", 1),
         (r"(?<!a)b", "negative lookbehind", 0),
         (r"(a)\1", "backreference", 3),
@@ -201,3 +202,26 @@ def test_dfa_from_strings():
     assert not any(dfa.matches(w + "z") for w in many[:100])
     for s in range(1, dfa.n_states):
         assert dfa.accepting[s] or (dfa.transitions[s] != DEAD).any()
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"a(?=b)b",
+        r"a(?!b)[a-z]",
+        r"(?!.*--)[a-z-]+",  # a rule over the whole rest of the text
+        r"(?=.{1,5}$)[a-z]+",  # `$` in a lookahead: the whole rest must match
+        r"(?:(?!ab)[ab])*",  # an assertion inside a repetition
+        r"x(?![0-9]*$)[a-z0-9]*",
+        r"(?=a)(?!ab)[abc]{1,3}",
+        r"[a-z]+(?=-)-?[0-9]?",
+    ],
+)
+def test_lookaheads_match_exactly_what_python_re_matches(pattern):
+    """Lookaheads assert on the rest of the text: every string over a small alphabet up to
+    length 6 is accepted iff `re.fullmatch` accepts it."""
+    dfa = compile_regex(pattern)
+    for n in range(7):
+        for chars in itertools.product("ab-z0", repeat=n):
+            text = "".join(chars)
+            assert dfa.matches(text) == bool(re.fullmatch(pattern, text)), text

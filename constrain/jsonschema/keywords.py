@@ -63,8 +63,8 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "minLength / maxLength": ("exact", "code points; escapes count as one character; long "
                               "bounds counted in the grammar in 32-character chunks"),
     "pattern": ("exact", "ECMA-262 search semantics (Unicode `\\s`, `\\S` also inside a "
-                "class), intersected with length and format; no lookarounds, backreferences "
-                "or `\\S` in a negated class"),
+                "class), intersected with length and format; lookaheads (not nested); no "
+                "lookbehinds, backreferences or `\\S` in a negated class"),
     "format": ("partial", "every format of the specification is enforced, exact or narrower "
                "(see below); unknown names are annotations"),
     "minimum / maximum / exclusiveMinimum / exclusiveMaximum": ("exact", "decimal bounds, both "

@@ -5,14 +5,41 @@ groups). Before it runs, a scan over the pattern (aware of escapes and character
 the constructs a finite automaton cannot express exactly and reports each with its position,
 strips anchors at the very start or end (no-ops under full-match semantics) and rewrites
 ``\\uXXXX`` / ``\\UXXXXXXXX`` escapes (and UTF-16 surrogate pairs) into the characters they name.
+
+Lookaheads ``(?=X)`` / ``(?!X)`` are cut out and parsed on their own; in the pattern each
+becomes a marker character (a private-use code point, `lookahead_index`) that the NFA builder
+turns into an assertion on the rest of the text (see `constrain.regex.dfa`). ``X`` ending in
+``$`` must match the whole rest of the text, otherwise a prefix of it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from interegular.patterns import InvalidSyntax, Pattern, Unsupported, _ParsePattern
 from interegular.utils.simple_parser import NoMatch, SimpleParser
 
 from constrain.errors import RegexError
+
+MARKER_BASE = 0x10F000  # lookahead k is written as chr(MARKER_BASE + k) (plane 16, private use)
+_MAX_LOOKAHEADS = 64
+
+
+@dataclass(frozen=True)
+class Lookahead:
+    """``(?=body)`` (or ``(?!body)`` when `negative`): the rest of the text starts with a match
+    of `body`, or with `whole`, the rest of the text is one."""
+
+    negative: bool
+    body: Pattern
+    whole: bool
+
+
+def lookahead_index(char: str) -> int | None:
+    """The lookahead a marker character stands for (None: an ordinary character)."""
+    k = ord(char) - MARKER_BASE
+    return k if 0 <= k < _MAX_LOOKAHEADS else None
+
 
 _HEX = set("0123456789abcdefABCDEF")
 # characters interegular treats as syntax outside / inside a character class
@@ -49,11 +76,15 @@ def _class_of(chars: str, negated: bool = False) -> str:
     return f"[{'^' if negated else ''}{body}]"
 
 
-def prepare(pattern: str, ecma: bool = False) -> str:
+def prepare(
+    pattern: str, ecma: bool = False, lookaheads: list[tuple[bool, str, int]] | None = None
+) -> str:
     """Check `pattern` for unsupported constructs and rewrite it for interegular.
 
     With `ecma`, ``.``, ``\\s`` and ``\\S`` get their ECMA-262 meanings (``.`` excludes every
-    line terminator, ``\\s`` includes the Unicode spaces).
+    line terminator, ``\\s`` includes the Unicode spaces). With a `lookaheads` list, each
+    lookahead is replaced by its marker and appended as ``(negative, body text, position)``;
+    without one (inside a lookahead), a lookahead is an error.
 
     Raises:
         RegexError: naming the construct and its position.
@@ -153,7 +184,15 @@ def prepare(pattern: str, ecma: bool = False) -> str:
             ext = pattern[i + 2 : i + 4]
             if ext[:1] in ("=", "!"):
                 kind = "lookahead" if ext[0] == "=" else "negative lookahead"
-                raise RegexError(f"{kind} (?{ext[0]}...) is not supported", pattern, i)
+                if lookaheads is None:
+                    raise RegexError(f"{kind} (?{ext[0]}...) inside a lookahead", pattern, i)
+                if len(lookaheads) == _MAX_LOOKAHEADS:
+                    raise RegexError(f"more than {_MAX_LOOKAHEADS} lookaheads", pattern, i)
+                end = _group_end(pattern, i)
+                lookaheads.append((ext[0] == "!", pattern[i + 3 : end], i))
+                out.append(chr(MARKER_BASE + len(lookaheads) - 1))
+                i = end + 1
+                continue
             if ext in ("<=", "<!"):
                 kind = "lookbehind" if ext[1] == "=" else "negative lookbehind"
                 raise RegexError(f"{kind} (?{ext}...) is not supported", pattern, i)
@@ -188,9 +227,57 @@ def prepare(pattern: str, ecma: bool = False) -> str:
     return "".join(out)
 
 
-def parse(pattern: str, ecma: bool = False) -> Pattern:
-    """Parse `pattern` into interegular's syntax tree (after `prepare`)."""
-    text = prepare(pattern, ecma)
+def _group_end(pattern: str, start: int) -> int:
+    """The index of the parenthesis closing the group that opens at `start`."""
+    depth, i, in_class = 0, start, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if pattern[i + 1 : i + 2] == "]":
+                i += 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise RegexError("unterminated group", pattern, start)
+
+
+def parse(pattern: str, ecma: bool = False) -> tuple[Pattern, list[Lookahead]]:
+    """Parse `pattern` into interegular's syntax tree (after `prepare`), with the lookaheads
+    its marker characters stand for."""
+    if any(lookahead_index(c) is not None for c in pattern):
+        raise RegexError("private-use characters U+10F000.. are reserved", pattern, None)
+    found: list[tuple[bool, str, int]] = []
+    tree = _parse_text(prepare(pattern, ecma, found), pattern)
+    lookaheads = []
+    for negative, body, at in found:
+        whole = body.endswith("$") and not _escaped(body, len(body) - 1)
+        try:
+            text = prepare(body[:-1] if whole else body, ecma)
+        except RegexError as exc:  # positions in the whole pattern
+            raise RegexError(exc.reason, pattern, at + 3 + (exc.position or 0)) from None
+        lookaheads.append(Lookahead(negative, _parse_text(text, pattern), whole))
+    return tree, lookaheads
+
+
+def _escaped(text: str, i: int) -> bool:
+    """The character at `i` follows an odd number of backslashes."""
+    n = 0
+    while i - n - 1 >= 0 and text[i - n - 1] == "\\":
+        n += 1
+    return n % 2 == 1
+
+
+def _parse_text(text: str, pattern: str) -> Pattern:
     parser = _ParsePattern(text)
     try:
         tree = SimpleParser.parse(parser)

@@ -21,7 +21,7 @@ import numpy as np
 from interegular.patterns import Pattern, _CharGroup, _Concatenation, _Repeated
 
 from constrain.errors import RegexError
-from constrain.regex._syntax import parse
+from constrain.regex._syntax import Lookahead, lookahead_index, parse
 from constrain.regex._utf8 import MAX_CODE_POINT, json_sequences, utf8_sequences
 
 DEAD = 0
@@ -226,18 +226,31 @@ def _ranges_of(chars: Iterable[str]) -> CodeRanges:
 
 
 _NEWLINE = _ranges_of("\n")
+_EVERY: CodeRanges = ((0, MAX_CODE_POINT),)
 _SURROGATES = (0xD800, 0xDFFF)
 
 
 class _NFA:
-    """Thompson NFA whose edges carry code-point range sets."""
+    """Thompson NFA whose edges carry code-point range sets.
 
-    def __init__(self, pattern: str, max_states: int, deadline: float):
+    A lookahead is an assertion edge ``state -> (negative, start, final, end)``: crossing it to
+    `end` sets an obligation on the rest of the text, to be (or, negative, not to be) in the
+    language of the lookahead's own automaton from `start` to `final`. A prefix lookahead's
+    `final` loops on every character (it is then `universal`: once reached, the rest matches).
+    """
+
+    def __init__(
+        self, pattern: str, max_states: int, deadline: float, lookaheads: Sequence[Lookahead] = ()
+    ):
         self.eps: list[list[int]] = []
         self.edges: list[list[tuple[CodeRanges, int]]] = []
         self.pattern = pattern
         self.max_states = max_states
         self.deadline = deadline
+        self.lookaheads = lookaheads
+        self.asserts: dict[int, list[tuple[bool, int, int, int]]] = {}
+        self.universal: set[int] = set()
+        self._built: dict[int, tuple[bool, int, int]] = {}  # lookahead -> its automaton
 
     def new(self) -> int:
         if len(self.eps) >= self.max_states:
@@ -285,6 +298,14 @@ class _NFA:
             self.eps[start].append(end)
             return end
         if isinstance(node, _CharGroup):
+            marks = [k for c in node.chars if (k := lookahead_index(c)) is not None]
+            if marks:
+                if node.negated or len(node.chars) > 1:
+                    raise RegexError(
+                        "a lookahead must stand alone, not as one of several single characters",
+                        self.pattern,
+                    )
+                return self._assertion(start, marks[0])
             ranges = _ranges_of(node.chars)
             return self._edge(start, _complement(ranges) if node.negated else ranges)
         name = type(node).__name__
@@ -293,6 +314,20 @@ class _NFA:
         if name == "__EmptyCls":
             return start
         raise RegexError(f"unsupported regex construct {name}", self.pattern)
+
+    def _assertion(self, start: int, k: int) -> int:
+        built = self._built.get(k)
+        if built is None:
+            lookahead = self.lookaheads[k]
+            sub_start = self.new()
+            sub_final = self.build(lookahead.body, sub_start)
+            if not lookahead.whole:
+                self.edges[sub_final].append((_EVERY, sub_final))
+                self.universal.add(sub_final)
+            built = self._built[k] = (lookahead.negative, sub_start, sub_final)
+        end = self.new()
+        self.asserts.setdefault(start, []).append((*built, end))
+        return end
 
     def _edge(self, start: int, ranges: CodeRanges) -> int:
         end = self.new()
@@ -304,10 +339,9 @@ class _NFA:
 # -- NFA -> character DFA over atoms --------------------------------------------------------------
 
 
-def _determinize(
-    nfa: _NFA, start: int, final: int, max_states: int
-) -> tuple[list[dict[int, int]], list[bool], list[tuple[int, int]]]:
-    """Subset construction. Returns per-state {atom: next state}, accepting flags and the atoms."""
+def _atoms(nfa: _NFA) -> tuple[list[tuple[int, int]], list[list[tuple[range, int]]]]:
+    """The elementary code-point intervals the NFA distinguishes, and each state's edges as
+    ranges of atom indices."""
     cuts = {0, MAX_CODE_POINT + 1}
     for edges in nfa.edges:
         for ranges, _ in edges:
@@ -328,7 +362,11 @@ def _determinize(
                     )
                 )
         edge_atoms.append(out)
+    return atoms, edge_atoms
 
+
+def _closure(nfa: _NFA):
+    """The epsilon closure of one NFA state (memoised)."""
     closures: dict[int, frozenset[int]] = {}
 
     def closure(q: int) -> frozenset[int]:
@@ -348,15 +386,51 @@ def _determinize(
             got = closures[q] = frozenset(seen)
         return got
 
-    first = closure(start)
-    ids = {first: 0}
-    order = [first]
+    return closure
+
+
+class _Subsets:
+    """Numbering of the DFA's states (subsets of NFA states or configurations), with the
+    limits checked."""
+
+    def __init__(self, nfa: _NFA, first: frozenset, max_states: int):
+        self.nfa, self.max_states = nfa, max_states
+        self.ids = {first: 0}
+        self.order = [first]
+
+    def id(self, subset: frozenset) -> int:
+        dest = self.ids.get(subset)
+        if dest is None:
+            if len(self.order) >= self.max_states:
+                raise RegexError(
+                    f"regex DFA exceeds max_states={self.max_states}; simplify the pattern or "
+                    f"raise the limit",
+                    self.nfa.pattern,
+                )
+            dest = self.ids[subset] = len(self.order)
+            self.order.append(subset)
+        return dest
+
+    def pending(self, done: int) -> frozenset | None:
+        if done == len(self.order):
+            return None
+        if time.monotonic() > self.nfa.deadline:
+            raise RegexError("regex compilation exceeded its timeout", self.nfa.pattern)
+        return self.order[done]
+
+
+def _determinize(
+    nfa: _NFA, start: int, final: int, max_states: int
+) -> tuple[list[dict[int, int]], list[bool], list[tuple[int, int]]]:
+    """Subset construction. Returns per-state {atom: next state}, accepting flags and the atoms."""
+    if nfa.asserts:
+        return _determinize_with_lookaheads(nfa, start, final, max_states)
+    atoms, edge_atoms = _atoms(nfa)
+    closure = _closure(nfa)
+    subsets = _Subsets(nfa, closure(start), max_states)
     table: list[dict[int, int]] = []
     accepting: list[bool] = []
-    while len(table) < len(order):
-        if time.monotonic() > nfa.deadline:
-            raise RegexError("regex compilation exceeded its timeout", nfa.pattern)
-        current = order[len(table)]
+    while (current := subsets.pending(len(table))) is not None:
         moves: dict[int, set[int]] = {}
         for q in current:
             for atom_range, target in edge_atoms[q]:
@@ -369,20 +443,107 @@ def _determinize(
             dest = by_targets.get(key)
             if dest is None:
                 subset = frozenset().union(*(closure(t) for t in targets))
-                dest = ids.get(subset)
-                if dest is None:
-                    if len(order) >= max_states:
-                        raise RegexError(
-                            f"regex DFA exceeds max_states={max_states}; simplify the pattern "
-                            f"or raise the limit",
-                            nfa.pattern,
-                        )
-                    dest = ids[subset] = len(order)
-                    order.append(subset)
-                by_targets[key] = dest
+                dest = by_targets[key] = subsets.id(subset)
             row[a] = dest
         table.append(row)
         accepting.append(final in current)
+    return table, accepting, atoms
+
+
+def _determinize_with_lookaheads(
+    nfa: _NFA, start: int, final: int, max_states: int
+) -> tuple[list[dict[int, int]], list[bool], list[tuple[int, int]]]:
+    """Subset construction over configurations ``(NFA state, obligations)``.
+
+    An obligation ``(negative, final, states)`` is a lookahead's automaton run on the text read
+    since its assertion: the rest of the text must (negative: must not) take it from `states`
+    to `final`. It is settled early when its states die (a positive one fails, a negative one
+    holds) or reach a universal final (the reverse); a configuration whose obligation fails is
+    dropped. At the end of the text a configuration accepts when its NFA state is final and
+    each obligation's states hold `final` exactly when it is positive.
+    """
+    atoms, edge_atoms = _atoms(nfa)
+    closure = _closure(nfa)
+    raw: dict[int, dict[int, list[int]]] = {}  # state -> atom -> targets (not closed)
+    closed: dict[int, dict[int, frozenset[int]]] = {}  # state -> atom -> closed targets
+
+    def targets(q: int) -> dict[int, list[int]]:
+        got = raw.get(q)
+        if got is None:
+            got = raw[q] = {}
+            for atom_range, target in edge_atoms[q]:
+                for a in atom_range:
+                    got.setdefault(a, []).append(target)
+        return got
+
+    def step(q: int) -> dict[int, frozenset[int]]:
+        got = closed.get(q)
+        if got is None:
+            got = closed[q] = {
+                a: frozenset().union(*(closure(t) for t in ts)) for a, ts in targets(q).items()
+            }
+        return got
+
+    def settle(negative: bool, end: int, states: frozenset[int]):
+        """The obligation, or True (it holds whatever follows) or False (it has failed)."""
+        if not states:
+            return negative
+        if end in nfa.universal and end in states:
+            return not negative
+        return (negative, end, states)
+
+    def advance(obligations: frozenset, a: int) -> frozenset | None:
+        out = set()
+        for negative, end, states in obligations:
+            moved = frozenset().union(*(step(s).get(a, ()) for s in states))
+            settled = settle(negative, end, moved)
+            if settled is False:
+                return None
+            if settled is not True:
+                out.add(settled)
+        return frozenset(out)
+
+    closes: dict[tuple, frozenset] = {}
+
+    def close(q: int, obligations: frozenset) -> frozenset:
+        key = (q, obligations)
+        got = closes.get(key)
+        if got is None:
+            seen: set = set()
+            stack = [key]
+            while stack:
+                config = stack.pop()
+                if config in seen:
+                    continue
+                seen.add(config)
+                p, held = config
+                stack.extend((r, held) for r in nfa.eps[p])
+                for negative, sub_start, sub_final, end in nfa.asserts.get(p, ()):
+                    settled = settle(negative, sub_final, closure(sub_start))
+                    if settled is not False:
+                        stack.append((end, held if settled is True else held | {settled}))
+            got = closes[key] = frozenset(seen)
+        return got
+
+    def accepts(config) -> bool:
+        q, obligations = config
+        return q == final and all((end in states) != neg for neg, end, states in obligations)
+
+    subsets = _Subsets(nfa, close(start, frozenset()), max_states)
+    table: list[dict[int, int]] = []
+    accepting: list[bool] = []
+    while (current := subsets.pending(len(table))) is not None:
+        moves: dict[int, set] = {}
+        for q, obligations in current:
+            for a, ts in targets(q).items():
+                held = advance(obligations, a)
+                if held is not None:
+                    bucket = moves.setdefault(a, set())
+                    for t in ts:
+                        bucket |= close(t, held)
+        row = {a: subsets.id(frozenset(configs)) for a, configs in moves.items() if configs}
+        table.append(row)
+        accepting.append(any(accepts(c) for c in current))
     return table, accepting, atoms
 
 
@@ -665,8 +826,8 @@ def compile_regex(
     deadline = time.monotonic() + timeout
     if dialect not in ("python", "ecma") or encoding not in ("utf-8", "json"):
         raise ValueError(f"unknown dialect {dialect!r} or encoding {encoding!r}")
-    tree = parse(pattern, ecma=dialect == "ecma")
-    nfa = _NFA(pattern, max_states=4 * max_states, deadline=deadline)
+    tree, lookaheads = parse(pattern, ecma=dialect == "ecma")
+    nfa = _NFA(pattern, max_states=4 * max_states, deadline=deadline, lookaheads=lookaheads)
     start = nfa.new()
     final = nfa.build(tree, start)
     rows, accepting, atoms = _determinize(nfa, start, final, max_states)
