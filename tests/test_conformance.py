@@ -26,7 +26,7 @@ def test_test_suite_counts_groups_and_invalid_acceptances(tmp_path, smollm_vocab
         },
         {
             "description": "unsupported",
-            "schema": {"pattern": "(?=a)b"},
+            "schema": {"pattern": "(?<=a)b"},
             "tests": [{"description": "b", "data": "b", "valid": False}],
         },
         {
@@ -55,7 +55,7 @@ def test_maskbench_passes_fails_and_errors(tmp_path):
     schemas.mkdir(parents=True)
     (tmp_path / "maskbench").mkdir()
     (schemas / "a.json").write_text(json.dumps({"type": "object", "required": ["x"]}))
-    (schemas / "b.json").write_text(json.dumps({"type": "string", "pattern": "(?=a)b"}))
+    (schemas / "b.json").write_text(json.dumps({"type": "string", "pattern": "(?<=a)b"}))
     (schemas / "c.json").write_text(json.dumps({"type": "array", "uniqueItems": True}))
     lines = [
         {"id": "a", "valid": [{"x": 1}], "invalid": [{}, [1]]},

@@ -85,7 +85,7 @@ def test_bad_arguments(tiny_model):
     with pytest.raises(ValueError, match="at most one"):
         cn.generate(tiny_model, "x", regex="a", choices=["a"])
     with pytest.raises(cn.RegexError):
-        cn.generate(tiny_model, "x", regex=r"(?=a)a")
+        cn.generate(tiny_model, "x", regex=r"(?<=a)a")
     with pytest.raises(ValueError, match="temperature"):
         cn.generate(tiny_model, "x", regex="a", temperature=0)
 
