@@ -496,12 +496,16 @@ def main(argv: list[str] | None = None) -> int:
         "limit": args.limit,
         "formats_checked": checked_formats(),
     }
-    title = (
-        f"JSONSchemaBench ({args.data.name}, {args.limit} schemas per subset), {model.name} on "
-        f"{model.device}, greedy, sampler {args.sampler}"
-        + (f", speculative {args.speculative}" if args.speculative != "none" else "")
-        + f"; formats checked by the validator: {', '.join(settings['formats_checked'])}"
-    )
+
+    def title() -> str:
+        return (
+            f"JSONSchemaBench ({args.data.name}, {len(records)} of {len(jobs)} schemas, at most "
+            f"{args.limit} per subset), {model.name} on {model.device}, greedy, sampler "
+            f"{args.sampler}"
+            + (f", speculative {args.speculative}" if args.speculative != "none" else "")
+            + f"; formats checked by the validator: {', '.join(settings['formats_checked'])}"
+        )
+
     records = _resumed(args, settings)
     done = {(r["subset"], r["id"]) for r in records}
     for subset, path in tqdm(jobs, desc="schemas", file=sys.stderr):
@@ -509,9 +513,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         records.append(run_schema(model, subset, path, args))
         if args.out:  # after every schema: a long run that stops keeps what it measured
-            report = {"settings": settings, "title": title, "records": records}
+            report = {"settings": settings, "title": title(), "records": records}
             args.out.write_text(json.dumps({**report, "summary": summarise(records)}, indent=1))
-    text = table(summarise(records), title)
+    text = table(summarise(records), title())
     _write(text, args, argv)
     return 0
 
