@@ -22,6 +22,7 @@ from pathlib import Path
 
 from constrain.errors import GrammarError
 from constrain.grammar.ir import GrammarIR, Lexeme, Rule
+from constrain.regex import syntax_chars
 
 __all__ = ["ir_from_lark"]
 
@@ -45,26 +46,10 @@ def _common_patterns() -> dict[str, str]:
 
 
 def _has_lazy_quantifier(regex: str) -> bool:
-    i, in_class = 0, False
-    while i < len(regex):
-        c = regex[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-            if regex[i + 1 : i + 2] == "]":
-                i += 1
-        elif (
-            c in "*+?}"
-            and regex[i + 1 : i + 2] == "?"
-            and not (c == "?" and regex[i - 1 : i] == "(")
-        ):
-            return True
-        i += 1
-    return False
+    return any(
+        c in "*+?}" and regex[i + 1 : i + 2] == "?" and not (c == "?" and regex[i - 1 : i] == "(")
+        for i, c in syntax_chars(regex)
+    )
 
 
 def _case_insensitive(text: str) -> str:

@@ -57,7 +57,14 @@ from constrain.jsonschema.shapes import (
     strings_of,
     union,
 )
-from constrain.regex import ByteDFA, compile_regex, dfa_from_strings, quoted
+from constrain.regex import (
+    ByteDFA,
+    compile_regex,
+    dfa_from_strings,
+    escaped,
+    quoted,
+    syntax_chars,
+)
 
 __all__ = ["Normalizer"]
 
@@ -597,7 +604,7 @@ def _search(pattern: Any) -> str:
     groups: dict[tuple[bool, bool], list[str]] = {}
     for alt in _top_level_alternatives(pattern):
         anchored_start = alt.startswith("^")
-        anchored_end = alt.endswith("$") and not _escaped(alt, len(alt) - 1)
+        anchored_end = alt.endswith("$") and not escaped(alt, len(alt) - 1)
         core = alt[1:] if anchored_start else alt
         core = core[:-1] if anchored_end else core
         groups.setdefault((anchored_start, anchored_end), []).append(f"(?:{core})")
@@ -609,33 +616,13 @@ def _search(pattern: Any) -> str:
     return "|".join(out)
 
 
-def _escaped(text: str, i: int) -> bool:
-    """Whether text[i] is preceded by an odd number of backslashes."""
-    n = 0
-    while i - n - 1 >= 0 and text[i - n - 1] == "\\":
-        n += 1
-    return n % 2 == 1
-
-
 def _top_level_alternatives(pattern: str) -> list[str]:
-    parts, depth, in_class, last, i = [], 0, False, 0, 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "|" and depth == 0:
+    parts, depth, last = [], 0, 0
+    for i, c in syntax_chars(pattern):
+        if c == "|" and depth == 0:
             parts.append(pattern[last:i])
             last = i + 1
-        i += 1
+        depth += {"(": 1, ")": -1}.get(c, 0)
     parts.append(pattern[last:])
     return parts
 

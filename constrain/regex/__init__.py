@@ -11,6 +11,7 @@ Invariants: state 0 is dead; every other state is reachable from the start state
 completable. Limits on states and compile time are explicit and raise `RegexError`.
 """
 
+from constrain.regex._syntax import escaped, syntax_chars
 from constrain.regex.dfa import (
     DEAD,
     ByteDFA,
@@ -32,7 +33,9 @@ __all__ = [
     "dfa_from_byte_classes",
     "dfa_from_strings",
     "dfa_from_table",
+    "escaped",
     "is_empty_combination",
     "quoted",
     "repeat_unit",
+    "syntax_chars",
 ]

@@ -14,6 +14,7 @@ turns into an assertion on the rest of the text (see `constrain.regex.dfa`). ``X
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from interegular.patterns import InvalidSyntax, Pattern, Unsupported, _ParsePattern
@@ -227,9 +228,10 @@ def prepare(
     return "".join(out)
 
 
-def _group_end(pattern: str, start: int) -> int:
-    """The index of the parenthesis closing the group that opens at `start`."""
-    depth, i, in_class = 0, start, False
+def syntax_chars(pattern: str) -> Iterator[tuple[int, str]]:
+    """``(index, character)`` of each character of `pattern` that is regex syntax: outside
+    character classes (a ``]`` right after ``[`` or ``[^`` is a member) and not escaped."""
+    i, in_class = 0, False
     while i < len(pattern):
         c = pattern[i]
         if c == "\\":
@@ -239,15 +241,30 @@ def _group_end(pattern: str, start: int) -> int:
             in_class = c != "]"
         elif c == "[":
             in_class = True
+            if pattern[i + 1 : i + 2] == "^":
+                i += 1
             if pattern[i + 1 : i + 2] == "]":
                 i += 1
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i
+        else:
+            yield i, c
         i += 1
+
+
+def escaped(text: str, i: int) -> bool:
+    """Whether text[i] is preceded by an odd number of backslashes."""
+    n = 0
+    while i - n - 1 >= 0 and text[i - n - 1] == "\\":
+        n += 1
+    return n % 2 == 1
+
+
+def _group_end(pattern: str, start: int) -> int:
+    """The index of the parenthesis closing the group that opens at `start`."""
+    depth = 0
+    for i, c in syntax_chars(pattern[start:]):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth == 0:
+            return start + i
     raise RegexError("unterminated group", pattern, start)
 
 
@@ -260,21 +277,13 @@ def parse(pattern: str, ecma: bool = False) -> tuple[Pattern, list[Lookahead]]:
     tree = _parse_text(prepare(pattern, ecma, found), pattern)
     lookaheads = []
     for negative, body, at in found:
-        whole = body.endswith("$") and not _escaped(body, len(body) - 1)
+        whole = body.endswith("$") and not escaped(body, len(body) - 1)
         try:
             text = prepare(body[:-1] if whole else body, ecma)
         except RegexError as exc:  # positions in the whole pattern
             raise RegexError(exc.reason, pattern, at + 3 + (exc.position or 0)) from None
         lookaheads.append(Lookahead(negative, _parse_text(text, pattern), whole))
     return tree, lookaheads
-
-
-def _escaped(text: str, i: int) -> bool:
-    """The character at `i` follows an odd number of backslashes."""
-    n = 0
-    while i - n - 1 >= 0 and text[i - n - 1] == "\\":
-        n += 1
-    return n % 2 == 1
 
 
 def _parse_text(text: str, pattern: str) -> Pattern:
