@@ -325,7 +325,7 @@ class Generator:
             constraint_s=particle.constraint_s,
             checks=particle.checks,
             masks=particle.masks,
-            forced=particle.forced,
+            forced=particle.matcher.count_forced(particle.tokens),
             total_s=time.perf_counter() - t_call + self.compile_s,
         )
         return self._finish(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
@@ -230,7 +230,7 @@ class Matcher:
     `check`, `advance` and `mask` alike.
     """
 
-    __slots__ = ("constraint", "_states", "max_tokens", "_texts", "_fed")
+    __slots__ = ("constraint", "_states", "max_tokens", "_texts", "_fed", "_stepped")
 
     def __init__(
         self,
@@ -243,8 +243,10 @@ class Matcher:
         self._states = states
         self.max_tokens = max_tokens
         self._texts = texts  # the grammar's text-check states, beside `_states` (None: no check)
-        # (texts state, token, its successor): what `check` found, for `advance`
-        self._fed: tuple = (None, None, None)
+        # (state, {token: its successor}) and the same for the text check's state: what `check`
+        # found in the current state, for `advance` (a few entries, still in the CPU's caches)
+        self._stepped: tuple = (None, {})
+        self._fed: tuple = (None, {})
 
     # -- queries (no state change) --------------------------------------------------------------
 
@@ -277,7 +279,7 @@ class Matcher:
                 if not (0 <= token < len(mask) and mask[token]):
                     return False
                 return self._texts is None or self._text_allows(token)
-        nxt = c._step(state, token)
+        nxt = self._next(state, token)
         if nxt is None or (budget is not None and not self._fits(budget, token, nxt)):
             return False
         return self._texts is None or self._text_allows(token)
@@ -350,6 +352,23 @@ class Matcher:
             return b""
         return self.constraint.automaton.forced_bytes(state)
 
+    def count_forced(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens`, the text tokens consumed so far in order, the grammar forced:
+        at their position it allowed no text but their bytes (a statistic, computed at the end
+        from the states kept for rollback rather than at every step)."""
+        automaton = self.constraint.automaton
+        vocab = self.constraint.vocab
+        count = 0
+        for here, token in zip(self._states, tokens):
+            data = vocab.token_bytes(token)
+            for i in range(len(data) if data else 0):
+                if automaton.accepting(here) or automaton.expected_bytes(here) != [data[i]]:
+                    break
+                here = automaton.step(here, data[i : i + 1])
+            else:
+                count += bool(data)
+        return count
+
     def forced(self) -> list[int]:
         """A canonical tokenization of the forced bytes, backed off at the end.
 
@@ -385,7 +404,7 @@ class Matcher:
                     self._push(_FINISHED, None if self._texts is None else self._texts[-1])
                     return
             else:
-                nxt = c._step(state, token)
+                nxt = self._next(state, token)
                 budget = self._budget()
                 if nxt is not None and (budget is None or self._fits(budget, token, nxt)):
                     if self._texts is None:
@@ -452,16 +471,29 @@ class Matcher:
         plan = self.constraint.completion(nxt)
         return plan is not None and plan[0] <= room
 
+    def _next(self, state: Hashable, token: int) -> Hashable | None:
+        """`Constraint._step`, remembered for the tokens asked in the current state."""
+        here, stepped = self._stepped
+        if here is not state:
+            stepped = {}
+            self._stepped = (state, stepped)
+        elif token in stepped:
+            return stepped[token]
+        nxt = stepped[token] = self.constraint._step(state, token)
+        return nxt
+
     def _text_after(self, token: int):
         """The text-check state after `token` (None: it breaks the check); remembered for the
-        last token asked, so `advance` after `check` feeds it once."""
+        tokens asked in the current state, so `advance` after `check` feeds it once."""
         here = self._texts[-1]
-        fed_here, fed_token, after = self._fed
-        if fed_here is here and fed_token == token:
-            return after
+        fed_here, fed = self._fed
+        if fed_here is not here:
+            fed = {}
+            self._fed = (here, fed)
+        elif token in fed:
+            return fed[token]
         data = self.constraint.vocab.token_bytes(token)
-        after = self.constraint.grammar.check.feed(here, data) if data else here
-        self._fed = (here, token, after)
+        after = fed[token] = self.constraint.grammar.check.feed(here, data) if data else here
         return after
 
     def _why_invalid(self, token: int) -> str:

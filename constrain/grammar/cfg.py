@@ -1,10 +1,10 @@
 """Context-free grammars as byte-level automata: a longest-match lexer driving an Earley parser.
 
 State. ``(node, s)``: `node` is the interned Earley `ChartNode` after the lexemes completed so
-far, `s` the state of ``node.lexer`` (the product DFA of the lexemes `node` allows, plus the
-ignored ones) inside the lexeme in progress; ``s == 0`` means no lexeme has started (only at the
-very beginning). Both parts are hashable and position-free, so states recur across positions and
-sequences and every cache below keys on them.
+far, `s` the state of the grammar's `Lexer` inside the lexeme in progress (reached from the start
+state of the lexemes `node` allows, plus the ignored ones); ``s == 0`` means no lexeme has
+started (only at the very beginning). Both parts are hashable and position-free, so states recur
+across positions and sequences and every cache below keys on them.
 
 Special-token terminals (``<|im_end|>``) match no bytes: the token itself ends the lexeme in
 progress and is scanned by the parser (`step_special`), leaving no lexeme in progress.
@@ -12,7 +12,7 @@ progress and is scanned by the parser (`step_special`), leaving no lexeme in pro
 Reading a byte b (`step`): if the lexer can consume b it does (longest match: a lexeme never
 ends while it or another allowed lexeme can go on); otherwise the lexeme ends with the tag of
 ``s`` (the lexemes matching there), the parser scans it (or skips it when it is ignored and not
-expected), and b starts the next lexeme in the new node's lexer. A lexeme may thus end inside a
+expected), and b starts the next lexeme from the new node's start state. A lexeme may thus end inside a
 token and a token may span several lexemes.
 
 Liveness. Lexer states are live (some allowed lexeme can complete), nodes only hold
@@ -22,9 +22,9 @@ match never lets a lexeme end, e.g. ``NAME NAME`` with no separator; `check_lexe
 it at compile time.)
 
 Masks (`token_ids`). A walk of the vocabulary trie from ``(node, s)``, split into *pieces*: a
-piece walks inside one lexer from a frontier of trie nodes, level by level with numpy, and
-records the trie children where a lexeme ends (grouped by tag). A piece depends only on the
-lexer, its start and the path of tags and lexers that led to it, never on the parser, so pieces
+piece walks inside one lexeme in progress from a frontier of trie nodes, level by level with
+numpy, and records the trie children where a lexeme ends (grouped by tag). A piece depends only
+on the lexer state it starts from and the trie nodes it starts at, never on the parser, so pieces
 are cached per vocabulary; the parser is consulted only at lexeme boundaries, once per group,
 through scans cached on the interned nodes.
 """
@@ -38,7 +38,7 @@ import numpy as np
 from constrain.grammar.completion import Completions
 from constrain.grammar.earley import ChartNode, EarleyParser
 from constrain.grammar.ir import GrammarIR
-from constrain.grammar.lexer import LexerDFA
+from constrain.grammar.lexer import Lexer
 from constrain.grammar.lint import check_lexeme_ends
 from constrain.regex import ByteDFA
 from constrain.slices import admits
@@ -48,6 +48,7 @@ __all__ = ["CFGAutomaton"]
 
 _MAX_FORCED = 1024  # forced text is computed at most this far ahead
 _FRESH = 0  # lexer state meaning "no lexeme in progress"
+_MAX_CACHED_STATES = 2**16  # states whose expected and forced bytes are remembered
 
 
 class _Piece:
@@ -73,28 +74,24 @@ class CFGAutomaton:
         )
         self.special_texts = frozenset(self.lexeme_table[i].special for i in self.specials)
         self.parser = EarleyParser(ir, self.lexeme_ids)
-        self._lexers: dict[frozenset[int], LexerDFA] = {}
+        self.lexer = Lexer(self.lexeme_table)
         self._pieces: weakref.WeakKeyDictionary[TokenTrie, dict] = weakref.WeakKeyDictionary()
         self._admits: dict[tuple[int, int, ByteDFA], bool] = {}
         self._completions: Completions | None = None
+        self._expected: dict[tuple, list[int]] = {}
+        self._forced: dict[tuple, bytes] = {}
         self.start = (self.parser.root, _FRESH)
-        self._lexer(self.parser.root)
+        self._start(self.parser.root)
 
     # -- lexers and lexeme ends -----------------------------------------------------------------
 
-    def _lexer(self, node: ChartNode) -> LexerDFA:
-        lexer = node.lexer
-        if lexer is None:
-            lexer = node.lexer = self._lexer_of((node.expected | self.ignore) - self.specials)
-        return lexer
-
-    def _lexer_of(self, lexemes: frozenset[int]) -> LexerDFA:
-        lexer = self._lexers.get(lexemes)
-        if lexer is None:
-            lexer = self._lexers[lexemes] = LexerDFA(
-                len(self._lexers) + 1, lexemes, self.lexeme_table
-            )
-        return lexer
+    def _start(self, node: ChartNode) -> int:
+        """The lexer state where the lexemes `node` allows (and the ignored ones) start."""
+        start = node.lexer_start
+        if start is None:
+            lexemes = (node.expected | self.ignore) - self.specials
+            start = node.lexer_start = self.lexer.start_of(lexemes)
+        return start
 
     def _end(self, node: ChartNode, tags: frozenset[int]) -> ChartNode | None:
         """The node after a lexeme matching `tags` ends at `node` (ignored lexemes are skipped)."""
@@ -109,9 +106,9 @@ class CFGAutomaton:
         node, s = state
         if not data:
             return state
-        lexer = self._lexer(node)
+        lexer = self.lexer
         if s == _FRESH:
-            s = lexer.start
+            s = self._start(node)
         for b in data:
             t = lexer.row(s)[b]
             if not t:
@@ -121,8 +118,7 @@ class CFGAutomaton:
                 node = self._end(node, lexer.tag_sets[tag])
                 if node is None:
                     return None
-                lexer = self._lexer(node)
-                t = lexer.row(lexer.start)[b]
+                t = lexer.row(self._start(node))[b]
                 if not t:
                     return None
             s = t
@@ -133,9 +129,8 @@ class CFGAutomaton:
         node, s = state
         if s == _FRESH:
             return node
-        lexer = self._lexer(node)
-        tag = lexer.tag[s]
-        return self._end(node, lexer.tag_sets[tag]) if tag else None
+        tag = self.lexer.tag[s]
+        return self._end(node, self.lexer.tag_sets[tag]) if tag else None
 
     def allowed_specials(self, state: tuple) -> frozenset[str]:
         after = self._after_lexeme(state)
@@ -159,27 +154,35 @@ class CFGAutomaton:
         return after is not None and after.accepts
 
     def expected_bytes(self, state: tuple) -> list[int]:
+        """The bytes that can come next, sorted (cached by state: `done`, `forced` and the
+        samplers' statistics ask at every token)."""
+        found = self._expected.get(state)
+        if found is not None:
+            return found
         node, s = state
-        lexer = self._lexer(node)
-        found = set(lexer.live_bytes(lexer.start if s == _FRESH else s))
+        lexer = self.lexer
+        found = set(lexer.live_bytes(self._start(node) if s == _FRESH else s))
         after = self._after_lexeme(state) if s != _FRESH else None
         if after is not None:
-            nxt = self._lexer(after)
-            found.update(nxt.live_bytes(nxt.start))
-        return sorted(found)
+            found.update(lexer.live_bytes(self._start(after)))
+        return _remember(self._expected, state, sorted(found))
 
     def can_continue(self, state: tuple) -> bool:
         return bool(self.expected_bytes(state))
 
     def forced_bytes(self, state: tuple) -> bytes:
+        found = self._forced.get(state)
+        if found is not None:
+            return found
+        here = state
         out = bytearray()
-        while len(out) < _MAX_FORCED and not self.accepting(state):
-            options = self.expected_bytes(state)
+        while len(out) < _MAX_FORCED and not self.accepting(here):
+            options = self.expected_bytes(here)
             if len(options) != 1:
                 break
             out.append(options[0])
-            state = self.step(state, bytes(options))
-        return bytes(out)
+            here = self.step(here, bytes(options))
+        return _remember(self._forced, state, bytes(out))
 
     def completion(self, state: tuple) -> bytes | None:
         """A shortest text that finishes a sentence from `state` (see `constrain.grammar.completion`)."""
@@ -197,17 +200,16 @@ class CFGAutomaton:
         DFA, a result shared by every lexer holding it); only when none does is the product
         searched, for strings that different lexemes cover together."""
         node, s = state
-        lexer = self._lexer(node)
-        s = lexer.start if s == _FRESH else s
-        alive = lexer.key(s)
+        s = self._start(node) if s == _FRESH else s
+        alive = self.lexer.key(s)
         if any(self._lexeme_admits(lexeme, at, language) for lexeme, at in alive):
             return True
         if len(alive) == 1:
             return False
-        key = (alive, language)
+        key = (s, language)
         found = self._admits.get(key)
         if found is None:
-            found = self._admits[key] = admits(lexer.rows, s, language)
+            found = self._admits[key] = admits(self.lexer.rows, s, language)
         return found
 
     def _lexeme_admits(self, lexeme: int, at: int, language: ByteDFA) -> bool:
@@ -223,16 +225,10 @@ class CFGAutomaton:
         cache = self._pieces.get(trie)
         if cache is None:
             cache = self._pieces[trie] = {}
-        lexer = self._lexer(node)
-        s = lexer.start if s == _FRESH else s
-        single = lexer.single[s]
-        if single is not None:  # share the pieces of every lexer where only this lexeme is left
-            lexer = self._lexer_of(frozenset((single[0],)))
-            s = lexer.state_of((single[1],))
-        root_key = ("root", lexer.key(s))
+        s = self._start(node) if s == _FRESH else s
         found: list[np.ndarray] = []
         stack = [
-            (node, root_key, lambda: self._walk(lexer, trie, np.zeros(1, np.int64), np.array([s])))
+            (node, ("root", s), lambda: self._walk(trie, np.zeros(1, np.int64), np.array([s])))
         ]
         while stack:
             node, key, compute = stack.pop()
@@ -244,15 +240,15 @@ class CFGAutomaton:
                 after = self._end(node, tags)
                 if after is None:
                     continue
-                nxt = self._lexer(after)
-                child_key = (nxt.key(nxt.start), children.tobytes())
-                stack.append((after, child_key, _starter(self, nxt, trie, children)))
+                start = self._start(after)
+                child_key = (start, children.tobytes())
+                stack.append((after, child_key, _starter(self, start, trie, children)))
         return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
-    def _walk(
-        self, lexer: LexerDFA, trie: TokenTrie, nodes: np.ndarray, states: np.ndarray
-    ) -> _Piece:
-        """Walk inside `lexer` from trie `nodes` (already read, in live `states`)."""
+    def _walk(self, trie: TokenTrie, nodes: np.ndarray, states: np.ndarray) -> _Piece:
+        """Walk inside the lexemes in progress from trie `nodes` (already read, in live lexer
+        `states`)."""
+        lexer = self.lexer
         found = [trie.tokens_at(nodes[nodes != 0])]
         ended_tags, ended_nodes = [], []
         while len(nodes):
@@ -278,12 +274,21 @@ class CFGAutomaton:
         return _Piece(np.concatenate(found).astype(np.int32), groups)
 
 
-def _starter(automaton: CFGAutomaton, lexer: LexerDFA, trie: TokenTrie, children: np.ndarray):
-    """The computation of a piece that starts a new lexeme with the bytes of trie `children`."""
+def _remember(cache: dict, state: tuple, value):
+    """Store `value` for `state`, emptying the cache when full (states are unbounded)."""
+    if len(cache) >= _MAX_CACHED_STATES:
+        cache.clear()
+    cache[state] = value
+    return value
+
+
+def _starter(automaton: CFGAutomaton, start: int, trie: TokenTrie, children: np.ndarray):
+    """The computation of a piece that starts a new lexeme (at lexer state `start`) with the
+    bytes of trie `children`."""
 
     def compute() -> _Piece:
-        states = lexer.next_states(np.full(len(children), lexer.start), trie.byte[children])
+        states = automaton.lexer.next_states(np.full(len(children), start), trie.byte[children])
         live = states != 0
-        return automaton._walk(lexer, trie, children[live], states[live])
+        return automaton._walk(trie, children[live], states[live])
 
     return compute

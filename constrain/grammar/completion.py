@@ -63,7 +63,7 @@ class Completions:
         ignored = [lexemes[i] for i in automaton.ignore if lexemes[i]]
         self._separator = min(ignored, key=lambda t: (len(t), t != b" ")) if ignored else None
         self._owed: dict[ChartNode, dict[int, tuple[float, int, ChartNode | None]]] = {}
-        self._endings: dict[tuple[int, int], list[tuple[int, bytes]]] = {}
+        self._endings: dict[int, list[tuple[int, bytes]]] = {}
 
     # -- symbols ----------------------------------------------------------------------------
 
@@ -197,11 +197,11 @@ class Completions:
 
     # -- states -----------------------------------------------------------------------------
 
-    def _lexeme_endings(self, lexer, s: int) -> list[tuple[int, bytes]]:
+    def _lexeme_endings(self, s: int) -> list[tuple[int, bytes]]:
         """For the lexeme in progress at lexer state `s`: one shortest way to end it per tag
         (set of lexemes it then matches), found breadth first over the lexer's DFA."""
-        key = (lexer.uid, s)
-        found = self._endings.get(key)
+        lexer = self.automaton.lexer
+        found = self._endings.get(s)
         if found is not None:
             return found
         found, tags_seen = [], set()
@@ -221,7 +221,7 @@ class Completions:
                 if t and t not in parents:
                     parents[t] = (q, int(BYTE_PREFERENCE[at[i]]))
                     queue.append(t)
-        self._endings[key] = found
+        self._endings[s] = found
         return found
 
     def of(self, state: tuple) -> bytes | None:
@@ -233,10 +233,9 @@ class Completions:
         if s == 0:  # no lexeme in progress
             options = [(b"", node)]
         else:
-            lexer = automaton._lexer(node)
             options = []
-            for tag, suffix in self._lexeme_endings(lexer, s):
-                after = automaton._end(node, lexer.tag_sets[tag])
+            for tag, suffix in self._lexeme_endings(s):
+                after = automaton._end(node, automaton.lexer.tag_sets[tag])
                 if after is not None:
                     options.append((suffix, after))
         best, parts = _INF, None

@@ -31,14 +31,14 @@ _SUPER_START = "$start"
 class ChartNode:
     """One interned Earley set (see the module docstring)."""
 
-    __slots__ = ("items", "expected", "accepts", "scans", "lexer", "_waiting", "__weakref__")
+    __slots__ = ("items", "expected", "accepts", "scans", "lexer_start", "_waiting", "__weakref__")
 
     def __init__(self, items: tuple, expected: frozenset[int], accepts: bool):
         self.items = items
         self.expected = expected  # lexeme ids the parser can scan next
         self.accepts = accepts  # the text so far is a sentence
         self.scans: dict[frozenset[int], ChartNode | None] = {}  # cache of scan(tags)
-        self.lexer = None  # the LexerDFA of the lexemes allowed next (set by the automaton)
+        self.lexer_start: int | None = None  # where the next lexemes start (set by the automaton)
         self._waiting: dict[int, list[tuple[int, ChartNode | None]]] | None = None
 
     def __repr__(self) -> str:
@@ -66,8 +66,9 @@ class EarleyParser:
             self.lhs.append(nt_id[lhs])
         self.accept_item = 1  # "$start -> start ." is the second dotted rule
         self.nullable = self._nullable(rules, nt_id)
-        # everything predicting nonterminal A adds (all with origin = the node itself)
-        self._predict: list[tuple[tuple[int, ...], frozenset[int]]] = []
+        # everything predicting nonterminal A adds: its items (all with origin None, i.e. the
+        # node itself, as dict keys so a closure merges them in one update) and nonterminals
+        self._predict: list[tuple[dict[tuple, None], frozenset[int]]] = []
         for a in range(len(nts)):
             items, predicted, stack = [], {a}, [a]
             while stack:
@@ -83,7 +84,7 @@ class EarleyParser:
                         if not self.nullable[sym]:
                             break
                         d += 1
-            self._predict.append((tuple(dict.fromkeys(items)), frozenset(predicted)))
+            self._predict.append((dict.fromkeys((d, None) for d in items), frozenset(predicted)))
         self._interned: dict[frozenset, ChartNode] = {}
         self.root = self._close([], predict=nt_id[_SUPER_START])
 
@@ -144,9 +145,8 @@ class EarleyParser:
         return node
 
     def _add_prediction(self, a: int, items: dict, predicted: set[int]) -> None:
-        dotted, nts = self._predict[a]
-        for d in dotted:
-            items[(d, None)] = None
+        added, nts = self._predict[a]
+        items.update(added)
         predicted |= nts
 
 

@@ -1,19 +1,22 @@
-"""The lexer: one byte DFA for a set of lexemes that may come next, with longest-match semantics.
+"""The lexer: one byte DFA for all of a grammar's lexemes, with longest-match semantics.
 
-For the set of lexemes the parser allows at a point (plus the ignored ones), `LexerDFA` is the
-product of their byte DFAs, one per distinct set, cached by the grammar. A product state is the
-tuple of the component states; it is dead when every component is dead, so every non-dead state
-can still complete some lexeme (the components are live DFAs).
+At each point the parser allows a set of lexemes (plus the ignored ones); the lexer runs them
+side by side. A lexer state is the tuple of the lexemes still alive, each with the state of its
+own DFA: ``((lexeme id, DFA state), ...)``. What a state reads next depends on nothing else,
+so one `Lexer` serves every set the parser asks for: a set is only a start state
+(`start_of`), and sets that reach the same alive lexemes (after the opening quote of a key,
+say) share the states, their rows and everything cached on them (mask pieces, completions).
+A state is dead when every lexeme is dead, so every non-dead state can still complete some
+lexeme (the lexeme DFAs are live).
 
 Longest match: while some lexeme can consume the next byte, the lexer consumes it; a lexeme ends
 only when no allowed lexeme can go on. Each state therefore carries the *tag*: the lexemes that
 end there if the next byte cannot be consumed, filtered to the highest priority among them.
 
-Lazy construction. A JSON Schema grammar has a distinct lexeme set at nearly every object
-position (the keys still allowed), and a full product costs tens of milliseconds while a mask
-walk reads a few dozen of its states. So a state's row of transitions is computed the first
-time it is read (`rows`, `next_states`, `row`), for all states asked at once: one vectorised
-step over the byte classes of the components still alive, new states numbered as they appear.
+Lazy construction. A JSON Schema grammar allows a distinct set of lexemes at nearly every
+object position (the keys still allowed), and a walk reads a few states of each, so a state's
+row of transitions is computed the first time it is read: sparse, from the byte classes each
+alive lexeme can read (joint byte classes of all the lexemes keep rows short).
 """
 
 from __future__ import annotations
@@ -24,67 +27,64 @@ from constrain.errors import GrammarError
 from constrain.grammar.ir import Lexeme
 from constrain.regex.dfa import joint_byte_classes
 
-__all__ = ["LexerDFA"]
+__all__ = ["Lexer"]
 
-MAX_LEXER_STATES = 50_000
+MAX_LEXER_STATES = 200_000
+_NOTHING = ((-1, 0),)  # the start state of an empty set of lexemes: it reads nothing
 
 
-class LexerDFA:
-    """Product byte DFA of several lexemes (state 0 dead, start 1) with end-of-lexeme tags.
-
-    A product state is kept *sparse*: the pairs ``(component, its DFA state)`` of the lexemes
-    still alive, so after a byte or two (when most lexemes are dead) a row costs a few lookups.
+class Lexer:
+    """Product byte DFA of a grammar's lexemes (state 0 dead) with end-of-lexeme tags.
 
     Attributes:
-        lexemes: the lexeme ids (indices in the grammar's lexeme table) it recognizes.
+        classes: the joint byte class of each byte (256 ints); rows are stored per class.
         tag: int32 per state discovered so far: index into `tag_sets` of the lexemes ending
             there (0: none). Read it afresh after stepping: it grows with the states.
         tag_sets: frozensets of lexeme ids; ``tag_sets[0]`` is empty.
-        single: per state, ``(lexeme id, its DFA state)`` when only one lexeme is still possible
-            there (the state then behaves exactly like that lexeme's DFA), else None.
     """
 
-    def __init__(self, uid: int, lexeme_ids: frozenset[int], table: list[Lexeme]):
-        self.uid = uid
-        self.lexemes = lexeme_ids
-        self._ids = sorted(lexeme_ids)
-        self._dfas = [table[i].dfa for i in self._ids]
-        self._names = [table[i].name for i in self._ids]
-        self._priority = [table[i].priority for i in self._ids]
-        if self._dfas:
-            self.classes, representatives = joint_byte_classes(self._dfas)
-        else:
-            self.classes, representatives = np.zeros(256, np.int64), np.zeros(1, np.int64)
+    def __init__(self, table: list[Lexeme]):
+        self._table = table
+        self._with_bytes = [i for i, lx in enumerate(table) if lx.special is None]
+        self.classes, representatives = joint_byte_classes([table[i].dfa for i in self._with_bytes])
         self._representatives = representatives.tolist()
-        self._table = np.zeros((16, len(self._representatives)), dtype=np.int32)  # per class
+        # per lexeme: its own byte class -> the joint classes inside it (built on first use)
+        self._joint: dict[int, dict[int, list[int]]] = {}
+        self._own_class: dict[int, np.ndarray] = {}  # per lexeme: its class of each joint class
+        self._rows_table = np.zeros((64, len(self._representatives)), dtype=np.int32)
         self._done = [True]  # row computed (the dead state's is)
-        self.tag = np.zeros(16, dtype=np.int32)
+        self.tag = np.zeros(64, dtype=np.int32)
         self.tag_sets: list[frozenset[int]] = [frozenset()]
         self._tag_of: dict[frozenset[int], int] = {frozenset(): 0}
-        self.single: list[tuple[int, int] | None] = [None]
-        self._combos: list[tuple] = [()]  # per state: ((component, DFA state), ...) alive
+        self._combos: list[tuple] = [()]  # per state: ((lexeme id, DFA state), ...) alive
         self._index: dict[tuple, int] = {(): 0}
         self._rows: list[list[int] | None] = [None]
-        self._keys: list[tuple | None] = [()]
-        start = tuple((j, d.start) for j, d in enumerate(self._dfas))
-        # no lexeme at all: a start state of its own that reads nothing
-        self.start = self._state(start or ((-1, 0),))
+        self._live: list[tuple[int, ...] | None] = [None]
+        self._starts: dict[frozenset[int], int] = {}
 
     @property
     def n_states(self) -> int:
         return len(self._combos)
+
+    def start_of(self, lexemes: frozenset[int]) -> int:
+        """The state where `lexemes` (ids of lexemes with bytes) may start."""
+        found = self._starts.get(lexemes)
+        if found is None:
+            combo = tuple((i, self._table[i].dfa.start) for i in sorted(lexemes))
+            found = self._starts[lexemes] = self._state(combo or _NOTHING)
+        return found
 
     # -- reading transitions ------------------------------------------------------------------
 
     def rows(self, states: np.ndarray) -> np.ndarray:
         """The transitions of `states`, (len, 256)."""
         self._ensure(states)
-        return self._table[states][:, self.classes]
+        return self._rows_table[states][:, self.classes]
 
     def next_states(self, states: np.ndarray, data: np.ndarray) -> np.ndarray:
         """The state after byte `data[i]` from `states[i]` (0: dead), elementwise."""
         self._ensure(states)
-        return self._table[states, self.classes[data]]
+        return self._rows_table[states, self.classes[data]]
 
     def row(self, state: int) -> list[int]:
         """The transitions of `state` as a Python list (cached: the byte walk's hot path)."""
@@ -92,26 +92,19 @@ class LexerDFA:
         if row is None:
             if not self._done[state]:
                 self._compute(state)
-            row = self._rows[state] = self._table[state][self.classes].tolist()
+            row = self._rows[state] = self._rows_table[state][self.classes].tolist()
         return row
 
-    def live_bytes(self, state: int) -> list[int]:
-        return [b for b, t in enumerate(self.row(state)) if t]
-
-    def key(self, state: int) -> tuple:
-        """What `state` is, independent of this lexer: the (lexeme id, DFA state) pairs still
-        alive. Lexers for different sets that reach the same pairs behave alike from there, so
-        results keyed by it (masks pieces, slice checks) are shared between them."""
-        found = self._keys[state]
+    def live_bytes(self, state: int) -> tuple[int, ...]:
+        """The bytes `state` can read (cached)."""
+        found = self._live[state]
         if found is None:
-            found = self._keys[state] = tuple(
-                (self._ids[j], s) for j, s in self._combos[state] if j >= 0
-            )
+            found = self._live[state] = tuple(b for b, t in enumerate(self.row(state)) if t)
         return found
 
-    def state_of(self, combo: tuple[int, ...]) -> int:
-        """The product state whose components are `combo` (e.g. a single lexeme's DFA state)."""
-        return self._state(tuple((j, s) for j, s in enumerate(combo) if s))
+    def key(self, state: int) -> tuple:
+        """The (lexeme id, DFA state) pairs alive in `state`."""
+        return tuple(pair for pair in self._combos[state] if pair[0] >= 0)
 
     # -- construction -------------------------------------------------------------------------
 
@@ -122,28 +115,57 @@ class LexerDFA:
                 self._compute(state)
 
     def _compute(self, state: int) -> None:
-        """The row of `state`: for each byte class, the components that can read it."""
+        """The row of `state`: for each byte class, the lexemes that can read it. Sparse: each
+        lexeme contributes only the classes it can read from its state."""
         combo = self._combos[state]
-        rows = [(j, self._dfas[j]._row(s)) for j, s in combo if j >= 0]
-        out = [0] * len(self._representatives)
-        for c, byte in enumerate(self._representatives):
-            nxt = tuple((j, t) for j, row in rows if (t := row[byte]))
-            if nxt:
-                found = self._index.get(nxt)
+        if len(combo) == 1 and combo[0][0] >= 0:  # one lexeme left: its own row, renumbered
+            j, s = combo[0]
+            own_next = [0] * len(self._joint_of(j))  # per own class of the lexeme
+            for own, t in self._table[j].dfa.live_classes(s):
+                own_next[own] = self._state(((j, t),))
+            self._rows_table[state] = np.array(own_next, dtype=np.int32)[self._own_class[j]]
+            self._done[state] = True
+            return
+        alive: list[list[tuple[int, int]]] = [[] for _ in self._representatives]
+        for j, s in combo:
+            if j < 0:
+                continue
+            joint = self._joint_of(j)
+            for own, t in self._table[j].dfa.live_classes(s):
+                for c in joint[own]:
+                    alive[c].append((j, t))
+        index = self._index
+        out = [0] * len(alive)
+        for c, pairs in enumerate(alive):
+            if pairs:
+                nxt = tuple(pairs)
+                found = index.get(nxt)
                 out[c] = found if found is not None else self._state(nxt)
-        self._table[state] = out
+        self._rows_table[state] = out
         self._done[state] = True
 
+    def _joint_of(self, j: int) -> dict[int, list[int]]:
+        """Lexeme `j`'s byte classes -> the joint classes they contain (the joint classes
+        refine every lexeme's own)."""
+        found = self._joint.get(j)
+        if found is None:
+            found = self._joint[j] = {}
+            own = self._own_class[j] = self._table[j].dfa.byte_classes()[self._representatives]
+            for c, o in enumerate(own.tolist()):
+                found.setdefault(o, []).append(c)
+        return found
+
     def _state(self, combo: tuple) -> int:
-        """The number of product state `combo`, added (with its tag) if new."""
+        """The number of state `combo`, added (with its tag) if new."""
         found = self._index.get(combo)
         if found is not None:
             return found
         state = len(self._combos)
         if state >= MAX_LEXER_STATES:
+            names = sorted({self._table[j].name for j, _ in combo if j >= 0})
             raise GrammarError(
-                f"the lexer for terminals {', '.join(self._names)} exceeds {MAX_LEXER_STATES} "
-                "states"
+                f"the lexer exceeds {MAX_LEXER_STATES} states (reached with terminals "
+                f"{', '.join(names[:8])}{', ...' if len(names) > 8 else ''})"
             )
         if state >= len(self.tag):
             self._grow(2 * len(self.tag))
@@ -151,27 +173,25 @@ class LexerDFA:
         self._combos.append(combo)
         self._done.append(False)
         self._rows.append(None)
-        self._keys.append(None)
+        self._live.append(None)
         # the lexemes that end here, filtered to the highest priority among them
-        ending = [j for j, s in combo if s and self._dfas[j].accepting[s]]
+        ending = [j for j, s in combo if j >= 0 and self._table[j].dfa.accepting[s]]
         if ending:
-            best = max(self._priority[j] for j in ending)
-            tags = frozenset(self._ids[j] for j in ending if self._priority[j] == best)
+            best = max(self._table[j].priority for j in ending)
+            tags = frozenset(j for j in ending if self._table[j].priority == best)
             tag = self._tag_of.get(tags)
             if tag is None:
                 tag = self._tag_of[tags] = len(self.tag_sets)
                 self.tag_sets.append(tags)
             self.tag[state] = tag
-        lone = len(combo) == 1 and combo[0][0] >= 0
-        self.single.append((self._ids[combo[0][0]], combo[0][1]) if lone else None)
         return state
 
     def _grow(self, size: int) -> None:
-        for name in ("_table", "tag"):
+        for name in ("_rows_table", "tag"):
             old = getattr(self, name)
             new = np.zeros((size, *old.shape[1:]), dtype=old.dtype)
             new[: len(old)] = old
             setattr(self, name, new)
 
     def __repr__(self) -> str:
-        return f"LexerDFA(lexemes={sorted(self.lexemes)}, states={self.n_states})"
+        return f"Lexer(lexemes={len(self._table)}, states={self.n_states})"

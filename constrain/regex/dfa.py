@@ -41,7 +41,17 @@ class ByteDFA:
         pattern: the source, for messages.
     """
 
-    __slots__ = ("transitions", "accepting", "start", "pattern", "_rows", "_classes", "_first")
+    __slots__ = (
+        "transitions",
+        "accepting",
+        "start",
+        "pattern",
+        "_rows",
+        "_classes",
+        "_first",
+        "_class_rows",
+        "_representatives",
+    )
 
     def __init__(self, transitions: np.ndarray, accepting: np.ndarray, start: int, pattern: str):
         self.transitions = transitions
@@ -50,6 +60,8 @@ class ByteDFA:
         self.pattern = pattern
         self._rows: list[list[int] | None] = [None] * len(transitions)
         self._classes: np.ndarray | None = None
+        self._class_rows: list[list[tuple[int, int]] | None] = [None] * len(transitions)
+        self._representatives: np.ndarray | None = None
         self._first: np.ndarray | None = None
         transitions.flags.writeable = False
         accepting.flags.writeable = False
@@ -72,6 +84,18 @@ class ByteDFA:
                 _, inverse = np.unique(columns, axis=0, return_inverse=True)
             self._classes = inverse.ravel().astype(np.int64)
         return self._classes
+
+    def live_classes(self, state: int) -> list[tuple[int, int]]:
+        """The byte classes `state` can read, with the state each leads to: ``[(class, next)]``
+        (cached; a sparse row, so products step only through what is alive)."""
+        found = self._class_rows[state]
+        if found is None:
+            if self._representatives is None:
+                self._representatives = np.unique(self.byte_classes(), return_index=True)[1]
+            row = self.transitions[state][self._representatives]
+            live = np.flatnonzero(row)
+            found = self._class_rows[state] = list(zip(live.tolist(), row[live].tolist()))
+        return found
 
     def longest(self) -> int | None:
         """The length in bytes of the longest string of the language (None: unbounded, or
@@ -842,13 +866,18 @@ def compile_regex(
 def joint_byte_classes(dfas: Sequence[ByteDFA]) -> tuple[np.ndarray, np.ndarray]:
     """Bytes every DFA of `dfas` treats alike share a class: (class of each byte, one byte of
     each class). Products and lexers step once per class instead of once per byte."""
-    classes = np.zeros(256, dtype=np.int64)
-    for dfa in dfas:
-        columns = dfa.byte_classes()
-        _, classes = np.unique(classes * (int(columns.max()) + 1) + columns, return_inverse=True)
+    if not dfas:
+        return np.zeros(256, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    columns = np.stack([dfa.byte_classes() for dfa in dfas])  # (len(dfas), 256)
+    signature = _weights(len(dfas)) @ columns  # wraps: a 64-bit hash of each byte's column
+    _, representatives, classes = np.unique(signature, return_index=True, return_inverse=True)
+    classes = classes.ravel()
+    if not np.array_equal(columns[:, representatives][:, classes], columns):  # a collision
+        _, representatives, classes = np.unique(
+            columns, axis=1, return_index=True, return_inverse=True
+        )
         classes = classes.ravel()
-    _, representatives = np.unique(classes, return_index=True)
-    return classes, representatives
+    return classes.astype(np.int64), representatives
 
 
 def _product_search(a: ByteDFA, b: ByteDFA, op: str, max_states: int, pattern: str, stop=None):

@@ -41,6 +41,7 @@ __all__ = ["AWRS"]
 _ESTIMATORS = ("two-pass", "recursive")
 _FIRST_CANDIDATES = 8  # race entries taken per top-k call, growing 16x when exhausted
 _PRECISE_BELOW = 1e-6  # recompute the surviving mass exactly when cancellation threatens
+_HEAD = 32  # the most likely tokens a race holds one by one (the rest is one block)
 
 
 class AWRS:
@@ -170,36 +171,44 @@ class _Race:
     """Tokens in the order of sampling without replacement from ``p ~ exp(logprobs)``.
 
     Draws from p that skip the tokens already drawn are draws from p renormalised over the
-    rest, so the sequence has the law of a Gumbel race. Each draw is a binary search in one
-    cumulative sum (float64, on the CPU), rebuilt over the survivors once half of the mass is
-    gone, so a new candidate costs two searches on average and the step one pass over the
-    vocabulary.
+    rest, so the sequence has the law of a Gumbel race. The race holds the `_HEAD` most likely
+    tokens in a small array and the rest of the vocabulary as one block of known mass (the
+    *tail*): a draw picks a head token or the tail by mass, and only a draw that lands in the
+    tail (rare when the model agrees with the constraint) builds a cumulative sum over the
+    vocabulary, rebuilt over the survivors once half of its mass is gone. So a step reads the
+    vocabulary twice on the model's device (top-k and the total mass) and moves a few numbers
+    to the CPU.
 
     Iterating yields ``(token, share)``: the token and its probability normalised over the
     whole distribution (``p(t) / M``).
     """
 
     def __init__(self, logprobs: torch.Tensor, generator, exclude: list[int] = ()):
-        lp = logprobs.detach().cpu()
-        top = float(lp.max())
+        lp = logprobs.detach()
+        if exclude:
+            lp = lp.index_fill(-1, torch.tensor(list(exclude), device=lp.device), -math.inf)
         self.generator = generator
         self.drawn: set[int] = set()
         self._uniforms: list[float] = []
+        values, index = torch.topk(lp, min(_HEAD, lp.shape[-1]))
+        top = float(values[0])
         if top == -math.inf:
-            self.log_mass, self.p, self.mass = -math.inf, None, 0.0
+            self.log_mass, self.mass, self._head = -math.inf, 0.0, None
             return
-        # exp in the input's precision (float32 for real models), sums in float64
-        self.p = torch.exp(lp - top).double().numpy()
-        if exclude:
-            self.p[list(exclude)] = 0.0
-        self._rebuild()
-        self.mass = self.total  # M / exp(top)
+        # exp in the input's precision (float32 for real models), sums in float64; the head
+        # holds exactly the values the total sums, so the tail's mass is their difference
+        self._p = torch.exp(lp - top)
+        self.mass = float(self._p.sum(dtype=torch.float64))  # M / exp(top)
         self.log_mass = top + math.log(self.mass) if self.mass > 0 else -math.inf
-
-    def _rebuild(self) -> None:
-        self.cdf = torch.cumsum(torch.from_numpy(self.p), 0).numpy()  # numpy's is 3x slower
-        self.total = float(self.cdf[-1])
-        self.gone = 0.0  # mass of drawn tokens still inside the cumulative sum
+        self._tokens = index.tolist()
+        self._head_set = set(self._tokens)
+        self._head0 = self._p[index].double().cpu().numpy()
+        self._head = self._head0.copy()  # drawn tokens at 0
+        self._tail0 = (
+            0.0 if len(self._tokens) == len(lp) else max(0.0, self.mass - self._head0.sum())
+        )
+        self._tail = self._tail0  # mass of the tail not drawn yet
+        self._tail_p: np.ndarray | None = None  # built on the first draw in the tail
 
     def _uniform(self) -> float:
         if not self._uniforms:
@@ -211,30 +220,70 @@ class _Race:
         return self
 
     def __next__(self) -> tuple[int, float]:
-        if self.p is None:
+        if self._head is None:
             raise StopIteration
         while True:
-            if self.gone > 0.5 * self.total:
-                self.p[list(self.drawn)] = 0.0
-                self._rebuild()
-            if self.total <= 0.0:
+            cdf = np.cumsum(self._head)
+            head = float(cdf[-1])
+            if head + self._tail <= 0.0:
                 raise StopIteration
-            u = self._uniform() * self.total
-            token = min(int(np.searchsorted(self.cdf, u, side="right")), len(self.p) - 1)
-            if token in self.drawn:
-                continue
-            weight = float(self.p[token])
-            if weight <= 0.0:  # only on float rounding at the very end of the sum
-                continue
+            u = self._uniform() * (head + self._tail)
+            if u >= head:
+                found = self._from_tail()
+                if found is None:
+                    continue
+                token, weight = found
+            else:
+                i = min(int(np.searchsorted(cdf, u, side="right")), len(cdf) - 1)
+                weight = float(self._head[i])
+                if weight <= 0.0:  # only on float rounding at the end of the sum
+                    continue
+                self._head[i] = 0.0
+                token = self._tokens[i]
             self.drawn.add(token)
-            self.gone += weight
             return token, weight / self.mass
+
+    def _from_tail(self) -> tuple[int, float] | None:
+        """A draw from the tail's survivors (None: the tail turned out empty)."""
+        if self._tail_p is None:
+            self._tail_p = self._p.double().cpu().numpy()
+            self._tail_p[self._tokens] = 0.0
+            self._rebuild()
+            self._tail = self._total
+        while self._tail > 0.0:
+            if self._gone > 0.5 * self._total:
+                self._rebuild()
+                if self._total <= 0.0:
+                    break
+            u = self._uniform() * self._total
+            token = min(int(np.searchsorted(self._cdf, u, side="right")), len(self._cdf) - 1)
+            weight = float(self._tail_p[token])
+            if token in self.drawn or weight <= 0.0:
+                continue  # a drawn token still in the sum (or float rounding): draw again
+            self._gone += weight
+            self._tail = max(0.0, self._tail - weight)
+            return token, weight
+        self._tail = 0.0
+        return None
+
+    def _rebuild(self) -> None:
+        """The tail's cumulative sum over the tokens not drawn yet."""
+        p = self._tail_p.copy()
+        p[[t for t in self.drawn if t not in self._head_set]] = 0.0
+        self._cdf = torch.cumsum(torch.from_numpy(p), 0).numpy()  # numpy's is 3x slower
+        self._total = float(self._cdf[-1])
+        self._gone = 0.0  # mass of drawn tokens still inside the cumulative sum
 
     def share_without(self, removed: list[int]) -> float:
         """The normalised mass of every token but `removed`, summed afresh (no cancellation)."""
-        rest = self.p.copy()
-        rest[list(removed)] = 0.0
-        return float(rest.sum()) / self.mass
+        gone = set(removed)
+        head = sum(w for t, w in zip(self._tokens, self._head0.tolist()) if t not in gone)
+        tail = self._tail0
+        if self._tail_p is not None:
+            rest = self._tail_p.copy()
+            rest[[t for t in gone if t not in self._head_set]] = 0.0
+            tail = float(rest.sum())
+        return (head + tail) / self.mass
 
 
 def _by_probability(logprobs: torch.Tensor) -> Iterator[int]:

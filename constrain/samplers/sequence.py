@@ -81,7 +81,6 @@ class Particle:
     constraint_s: float = 0.0
     checks: int = 0
     masks: int = 0
-    forced: int = 0  # tokens whose bytes the grammar forced (no other text could follow)
     backtracks_left: int = 0
     banned: dict[int, set[int]] = field(default_factory=dict)  # position -> tokens forbidden
 
@@ -208,9 +207,6 @@ def advance(
             particle.finish("dead", draw.reason)
             continue
         particle.log_weight += draw.log_weight
-        data = model.vocab.token_bytes(draw.token)
-        if data and matcher.forced_bytes().startswith(data):
-            particle.forced += 1
         matcher.advance(draw.token)
         _spent(stats, particle, draw.constraint_s + time.perf_counter() - t1)
         if matcher.finished():
