@@ -25,8 +25,8 @@ import torch
 
 from constrain.errors import ConstrainError
 from constrain.grammar import Grammar
-from constrain.jsonschema.compiler import draft_validator
 from constrain.jsonschema.types import schema_from_type
+from constrain.jsonschema.validation import draft_validator
 from constrain.jsonschema.values import value_from_json
 from constrain.processors import Processor, ProcessorStack
 from constrain.processors.bound import BoundStack

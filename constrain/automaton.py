@@ -65,7 +65,9 @@ class TextCheck(Protocol):
     ``feed(state, data)`` is the state after `data`, or None when `data` breaks the condition.
     ``risky(state)`` names the tokens that could break it next (None: no token can), as a
     hashable *selector*; ``selects(selector, data)`` says whether a token's bytes are among
-    them. Checks and masks feed only selected tokens (`advance` feeds every token).
+    them. Checks and masks feed only selected tokens (`advance` feeds every token). A selector
+    ``("prefixes", rests, inner)`` selects the tokens starting with one of the byte strings
+    `rests` plus those `inner` selects; a `Matcher` finds those in the token trie.
     """
 
     start: Hashable

@@ -180,8 +180,15 @@ class Constraint:
         return nxt
 
     def tokens_selected(self, selector: Hashable) -> np.ndarray:
-        """Ids of the text tokens the grammar's text check selects (see `TextCheck`; cached
-        per vocabulary and kind of check, so every constraint of a vocabulary shares them)."""
+        """Ids of the text tokens the grammar's text check selects (see `TextCheck`). A
+        ``("prefixes", rests, inner)`` selector is read off the token trie (the tokens starting
+        with one of `rests`, plus those `inner` selects); any other is cached per vocabulary
+        and kind of check, so every constraint of a vocabulary shares it."""
+        if selector[0] == "prefixes":
+            _, rests, inner = selector
+            trie = self.vocab.trie
+            found = [trie.tokens_with_prefix(rest) for rest in rests]
+            return np.unique(np.concatenate([self.tokens_selected(inner), *found]))
         check = self.grammar.check
         cache = _SELECTED.setdefault(self.vocab, {})
         key = (type(check), selector)

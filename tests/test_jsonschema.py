@@ -309,16 +309,41 @@ def test_masks_under_a_schema_match_brute_force(smollm_vocab):
     np.testing.assert_array_equal(m.mask(), brute)
 
 
+_UNIQUE_STRINGS = {"type": "array", "uniqueItems": True, "items": {"type": "string"}}
+
+
+@pytest.mark.parametrize(
+    ("schema", "prefix"),
+    [
+        (_UNIQUE_STRINGS, '["ab", "a'),  # a string item: "b\"" would repeat "ab"
+        ({"type": "array", "uniqueItems": True}, '["ab", 1, "'),
+        ({"type": "array", "uniqueItems": True}, '["ab", {"k": "a'),  # inside an object item
+        ({"type": "object"}, '{"name": 1, "na'),  # a key: 'me"' would repeat "name"
+        ({"type": "object"}, '{"name": {"x": 1}, "y": "na'),
+    ],
+)
+def test_text_check_masks_match_brute_force(smollm_vocab, schema, prefix):
+    """Inside strings the text check feeds only the tokens that can finish a repeat or leave
+    the string (found in the token trie): the mask still refuses exactly what `check` does."""
+    constraint = cn.Constraint(
+        cn.Grammar.from_json_schema(schema, whitespace="default"), smollm_vocab
+    )
+    m = constraint.start()
+    m.advance_many(smollm_vocab.encode(prefix))
+    brute = np.array([m.check(i) for i in range(smollm_vocab.size)])
+    np.testing.assert_array_equal(m.mask(), brute)
+    assert brute.sum() > 100
+
+
 @pytest.mark.parametrize(
     ("schema", "keyword", "pointer"),
     [
-        ({"type": "array", "items": {"not": {"uniqueItems": True}}}, "not", "/items"),
         ({"$ref": "https://example.com/s.json"}, "$ref", "#"),
         ({"$ref": "#/$defs/missing"}, "$ref", "#"),
         ({"properties": {"p": {"pattern": "(?<=a)b"}}}, "pattern", "/properties/p"),
         (
-            {"oneOf": [{"additionalProperties": {"type": "integer"}}, {"type": "object"}]},
-            "oneOf",
+            {"allOf": [{"contains": {"type": "integer"}}, {"contains": {"type": "string"}}]},
+            "allOf",
             "#",
         ),
         ({"type": "integer", "multipleOf": 0.123456789}, "multipleOf", "#"),
@@ -329,6 +354,73 @@ def test_unsupported_keywords_are_named_with_their_pointer(schema, keyword, poin
         cn.Grammar.from_json_schema(schema)
     assert info.value.keyword == keyword
     assert (info.value.pointer or "#") == pointer
+
+
+_SITE = {  # oneOf of open objects: exclusivity would need "some key has a bad value"
+    "type": "object",
+    "maxProperties": 1,
+    "oneOf": [
+        {"properties": {"a": {"type": "integer"}}},
+        {"properties": {"b": {"type": "string"}}},
+    ],
+}
+CHECK_SITES = [
+    # each: a schema whose applicators have no exact normal form, values to try
+    (
+        {"type": "array", "items": {"not": {"uniqueItems": True}}},
+        [[], [1], [[1, 1]], [[1, 2]], [[]], [[1, 1], [2]], [[2, 2], "x"]],
+    ),
+    (
+        {"oneOf": [{"additionalProperties": {"type": "integer"}}, {"type": "object"}]},
+        [{}, {"a": 1}, {"a": "x"}, {"a": 1, "b": "y"}, 3, "s", None],
+    ),
+    (  # under patternProperties, as in JsonSchemaStore's rr 3.0 schema
+        {"type": "object", "patternProperties": {"^[a-z]+$": _SITE}},
+        [
+            {},
+            {"x": {}},
+            {"x": {"a": 1}},
+            {"x": {"a": "s"}},
+            {"x": {"b": 2}},
+            {"x": {"a": 1, "b": "s"}},
+            {"x": {"c": 1}},
+            {"x": 5},
+            {"X1": 5},
+            {"x": {"a": "s"}, "y": {"a": 2}},
+        ],
+    ),
+    (  # an alternative above a site: the anyOf is validated too (a value may take either way)
+        {"anyOf": [{"properties": {"p": _SITE}}, {"properties": {"p": {"type": "string"}}}]},
+        [{"p": {"a": "s"}}, {"p": {"a": 1}}, {"p": "t"}, {"p": 2}, {}, {"q": {"a": 1}}],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "values"), CHECK_SITES)
+def test_check_sites_are_exact(schema, values):
+    """Schema objects the algebra cannot combine exactly are validated on the completed value:
+    the grammar and its check accept exactly the valid instances."""
+    grammar = cn.Grammar.from_json_schema(schema, any_order=True)
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in values:
+        text = json.dumps(value, separators=(",", ":"))
+        assert grammar.matches(text) == validator.is_valid(value), text
+
+
+def test_check_site_masks_match_brute_force(smollm_vocab):
+    """Inside a value validated on completion, the mask refuses exactly the tokens that
+    complete an invalid value (and `check` agrees)."""
+    schema = {"type": "object", "properties": {"x": _SITE}}
+    constraint = cn.Constraint(cn.Grammar.from_json_schema(schema), smollm_vocab)
+    m = constraint.start()
+    m.advance_many(smollm_vocab.encode('{"x":{"a":1'))
+    brute = np.array([m.check(i) for i in range(smollm_vocab.size)])
+    np.testing.assert_array_equal(m.mask(), brute)
+    close = smollm_vocab.encode("}")[0]
+    assert not m.check(close)  # {"a":1} matches both branches
+    other = constraint.start()
+    other.advance_many(smollm_vocab.encode('{"x":{"a":"s"'))
+    assert other.check(close)  # {"a":"s"} matches only the second
 
 
 def test_lenient_drops_with_a_warning():

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
-from constrain.jsonschema.shapes import ArrayShape, ObjectShape, Shape
+from constrain.jsonschema.shapes import ArrayShape, ObjectShape, Shape, key_text
 
 __all__ = ["JsonChecks", "checks_for"]
 
@@ -34,6 +34,7 @@ _SCALAR_END = frozenset(b" \t\n\r,]}")
 # the bytes a token may need to complete an item (whatever ends a value: a quote, a closing
 # bracket, a comma or whitespace after a number)
 _ITEM_ENDS = frozenset(b'" \t\n\r,]}')
+_CLOSERS = frozenset(b",]}")  # after a string: what ends a container or starts a new member
 # quotes a token needs to complete a repeated key, by mode: to close a key in progress, to write
 # a whole key (from after a value, a comma or an opening brace), or to close a string value first
 _QUOTES_TO_KEY = {_KEYSTR: 1, _STRING: 3}
@@ -81,8 +82,9 @@ class JsonChecks:
             array needs it (only duplicate keys are checked then, without following shapes).
     """
 
-    def __init__(self, root: Shape | None):
+    def __init__(self, root: Shape | None, validates: bool = False):
         self.root = root
+        self.validates = validates  # some value is validated when complete (check sites)
         self.start = _State(_VALUE, (), b"", False, ())
 
     # -- the text check interface -------------------------------------------------------------
@@ -107,25 +109,59 @@ class JsonChecks:
 
     def risky(self, state: _State):
         """The tokens that could be refused next, as a selector (see `selects`): with a unique
-        array open, those holding any value end; otherwise those with enough quotes to complete
-        a key that repeats one of an open object (a token may close inner values first), or to
-        write a key twice within itself."""
+        array open or a value to validate, those holding any value end; otherwise those with
+        enough quotes to complete a key that repeats one of an open object (a token may close
+        inner values first), or to write a key twice within itself.
+
+        Inside a string, where those would be thousands of tokens, the bound is tighter: a
+        token can be refused only if it finishes the string as a repeat (a key of its object,
+        an item of a unique array: it spells the rest of an earlier one), or leaves the string
+        and then closes a container, starts another member or item, or writes another string.
+        That is a ``("prefixes", rests, inner)`` selector, which a `Matcher` resolves through
+        the token trie instead of a scan of the vocabulary."""
         risky = state.risky
         if risky is None:
-            if any(isinstance(f, _Array) and f.unique for f in state.frames):
-                risky = ("ends", _ITEM_ENDS)
-            else:
-                needed = _QUOTES_TO_KEY.get(state.mode, 2)
-                keys = any(isinstance(f, _Object) and f.seen for f in state.frames)
-                risky = ("quotes", needed if keys else needed + 2)
-            state.risky = risky
+            risky = state.risky = self._risky(state)
         return risky
 
+    def _risky(self, state: _State):
+        captures = state.captures
+        if any(isinstance(f, _Array) and f.unique for f in state.frames) or any(
+            capture[2] for capture in captures
+        ):
+            risky = ("ends", _ITEM_ENDS)
+        else:
+            needed = _QUOTES_TO_KEY.get(state.mode, 2)
+            keys = any(isinstance(f, _Object) and f.seen for f in state.frames)
+            risky = ("quotes", needed if keys else needed + 2)
+        if risky[0] == "quotes" and risky[1] >= 3:
+            return risky  # already a handful of tokens
+        if state.mode not in (_STRING, _KEYSTR) or state.escaped or self.validates:
+            return risky
+        top = state.frames[-1] if state.frames else None
+        written = captures[-1][1] if captures and captures[-1][0] == len(state.frames) else b""
+        if state.mode == _KEYSTR and isinstance(top, _Object):
+            earlier = [key_text(k) for k in top.seen]
+            written = b'"' + state.text
+        elif state.mode == _STRING and isinstance(top, _Array) and top.unique and written:
+            earlier = [key_text(item[1]) for item in top.seen if item[0] == "s"]
+        else:
+            earlier = []
+        rests = tuple(t[len(written) :] for t in earlier if t.startswith(written))
+        return ("prefixes", rests, ("exit",))
+
     def selects(self, selector, data: bytes) -> bool:
-        kind, arg = selector
+        kind = selector[0]
+        if kind == "prefixes":
+            return data.startswith(selector[1]) or self.selects(selector[2], data)
+        if kind == "exit":  # leaves a string, then closes, separates or writes another string
+            quote = data.find(b'"')
+            return quote >= 0 and (
+                data.count(b'"') >= 3 or not _CLOSERS.isdisjoint(data[quote + 1 :])
+            )
         if kind == "quotes":
-            return data.count(b'"') >= arg
-        return not arg.isdisjoint(data)
+            return data.count(b'"') >= selector[1]
+        return not selector[1].isdisjoint(data)
 
     # -- scanning -------------------------------------------------------------------------------
 
@@ -188,11 +224,14 @@ class JsonChecks:
     def _value_start(self, state: _State, b: int) -> _State | None:
         if b == 0x5D:  # ] of an empty array
             return self._close(state.but(captures=_grow(state.captures, b"]")))
-        captures = state.captures
-        if state.frames and isinstance(state.frames[-1], _Array) and state.frames[-1].unique:
-            captures = captures + ((len(state.frames), b""),)
-        captures = _grow(captures, bytes((b,)))
         shapes = self._value_shapes(state)
+        captures = state.captures
+        top = state.frames[-1] if state.frames else None
+        unique_item = isinstance(top, _Array) and top.unique
+        checked = shapes if shapes and any(s.checks for s in shapes) else ()
+        if unique_item or checked:
+            captures = captures + ((len(state.frames), b"", checked),)
+        captures = _grow(captures, bytes((b,)))
         if b == 0x7B:  # {
             objects = None if shapes is None else _flatten(s.objects for s in shapes)
             frame = _Object(objects, frozenset(), None)
@@ -230,21 +269,26 @@ class JsonChecks:
         return state.but(mode=_COLON, frames=state.frames[:-1] + (frame,))
 
     def _value_done(self, state: _State) -> _State | None:
-        """A value ended (mode already _AFTER): an item of an array counts, a unique one is
-        compared with the others."""
+        """A value ended (mode already _AFTER): the checks of its schema run on it, and an item
+        of a unique array is compared with the others."""
+        captures = state.captures
+        text = None
+        if captures and captures[-1][0] == len(state.frames):  # this value was captured
+            _, text, checked = captures[-1]
+            if checked and not _passes(checked, text):
+                return None
+            captures = captures[:-1]
         if not state.frames:
-            return state.but(mode=_END)
+            return state.but(mode=_END, captures=captures)
         top = state.frames[-1]
         if not isinstance(top, _Array):
-            return state
-        captures = state.captures
+            return state if captures is state.captures else state.but(captures=captures)
         seen = top.seen
         if top.unique:
-            item = _canonical(json.loads(captures[-1][1], parse_float=Decimal, parse_int=Decimal))
+            item = _canonical(json.loads(text, parse_float=Decimal, parse_int=Decimal))
             if item in seen:
                 return None
             seen = seen | {item}
-            captures = captures[:-1]
         frame = _Array(top.shapes, top.unique, seen, top.index + 1)
         return state.but(frames=state.frames[:-1] + (frame,), captures=captures)
 
@@ -256,10 +300,17 @@ class JsonChecks:
 
 
 def _grow(captures: tuple, data: bytes) -> tuple:
-    """Append `data` to every item text being captured."""
+    """Append `data` to every value text being captured."""
     if not captures:
         return captures
-    return tuple((depth, text + data) for depth, text in captures)
+    return tuple((depth, text + data, checked) for depth, text, checked in captures)
+
+
+def _passes(shapes: tuple[Shape, ...], text: bytes) -> bool:
+    """The value `text` passes the checks of one of the shapes it may have (several when the
+    schema has alternatives there: the check site around them decides)."""
+    value = json.loads(text)
+    return any(all(check(value) for check in shape.checks) for shape in shapes)
 
 
 def _flatten(groups) -> tuple:
@@ -287,8 +338,9 @@ def _canonical(value):
 
 def checks_for(root: Shape) -> JsonChecks | None:
     """The text check a schema needs: none when no object takes extra keys (named keys never
-    repeat) and no array must be unique; shapes are followed only if some array must be."""
-    unique = extra = False
+    repeat), no array must be unique and no value is validated (check sites); shapes are
+    followed only if some array must be unique or some value validated."""
+    unique = extra = checked = False
     seen: set[int] = set()
     todo = [root]
     while todo:
@@ -296,6 +348,7 @@ def checks_for(root: Shape) -> JsonChecks | None:
         if id(shape) in seen:
             continue
         seen.add(id(shape))
+        checked = checked or bool(shape.checks)
         for a in shape.arrays:
             unique = unique or a.unique
             todo.extend(a.prefix)
@@ -306,6 +359,6 @@ def checks_for(root: Shape) -> JsonChecks | None:
             extra = extra or bool(o.regions)
             todo.extend(p.value for p in o.named.values())
             todo.extend(r.value for r in o.regions)
-    if not unique and not extra:
+    if not unique and not extra and not checked:
         return None
-    return JsonChecks(root if unique else None)
+    return JsonChecks(root if unique or checked else None, checked)

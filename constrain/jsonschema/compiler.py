@@ -23,7 +23,7 @@ from constrain.errors import UnsupportedSchemaError
 from constrain.grammar.ir import GrammarIR, Lexeme, Rule, repeat
 from constrain.jsonschema import shapes
 from constrain.jsonschema.checks import JsonChecks, checks_for
-from constrain.jsonschema.normalize import Normalizer
+from constrain.jsonschema.normalize import InexactSchema, Normalizer
 from constrain.jsonschema.shapes import (
     ANY_CHAR,
     NOTHING,
@@ -37,6 +37,7 @@ from constrain.jsonschema.shapes import (
     intersect,
     key_text,
 )
+from constrain.jsonschema.validation import DRAFTS, draft_validator, sites_reaching
 from constrain.regex import (
     ByteDFA,
     compile_regex,
@@ -48,27 +49,11 @@ from constrain.regex import (
 
 __all__ = ["DRAFTS", "WHITESPACE", "compile_schema", "draft_validator"]
 
-DRAFTS = {
-    "2020-12": "Draft202012Validator",
-    "2019-09": "Draft201909Validator",
-    "draft-07": "Draft7Validator",
-    "draft-06": "Draft6Validator",
-    "draft-04": "Draft4Validator",
-}
-
-
-def draft_validator(draft: str):
-    """The `jsonschema` validator class of a dialect named as in `DRAFTS` (None if unknown)."""
-    import jsonschema
-
-    name = DRAFTS.get(draft)
-    return getattr(jsonschema, name) if name else None
-
-
 WHITESPACE = {"compact": None, "default": r"[ \n]{1,40}"}
 _ABSENT = Prop(NOTHING)
 _CHUNK = 32  # characters per chunk lexeme of a long string
 _MAX_ANY_ORDER = 10  # named properties per object with any_order=True (2**n member subsets)
+_MAX_SITES = 64  # schema objects validated on the value (check sites) per schema
 
 
 class _Emitter:
@@ -382,15 +367,9 @@ def compile_schema(
     """
     if isinstance(schema, str):
         schema = json.loads(schema)
-    shapes.fresh()
     if draft is not None and draft_validator(draft) is None:
         raise ValueError(f"unknown draft {draft!r}: one of {', '.join(DRAFTS)}")
-    normalizer = Normalizer(schema, lenient=lenient, draft=draft)
-    root = normalizer.shape(schema, "")
-    try:
-        shapes.settle()
-    except ShapeUnsupported as exc:
-        raise UnsupportedSchemaError(str(exc), "$ref", "") from None
+    normalizer, root = _normalized(schema, lenient, draft)
     pretty = whitespace == "pretty"
     ws = None if pretty else WHITESPACE.get(whitespace, whitespace)
     emitter = _Emitter(ws, indent if pretty else None, any_order, max_rules)
@@ -411,3 +390,28 @@ def compile_schema(
         )
     ir = GrammarIR("start", emitter.rules, emitter.lexemes, [], source=json.dumps(schema)[:200])
     return ir, checks_for(root)
+
+
+def _normalized(schema: Any, lenient: bool, draft: str | None) -> tuple[Normalizer, Shape]:
+    """The schema's normal form; schema objects the algebra cannot combine exactly become
+    check sites, found one per pass (a schema rarely has more than one or two)."""
+    sites: frozenset[int] = frozenset()
+    while True:
+        shapes.fresh()
+        normalizer = Normalizer(schema, lenient=lenient, draft=draft, sites=sites)
+        try:
+            root = normalizer.shape(schema, "")
+            shapes.settle()
+        except InexactSchema as exc:
+            if len(sites) >= _MAX_SITES:
+                raise UnsupportedSchemaError(
+                    f"{exc.message} (more than {_MAX_SITES} schema objects would be validated "
+                    f"on the value)",
+                    exc.keyword,
+                    exc.pointer,
+                ) from None
+            sites = sites_reaching(normalizer.resources, {*sites, id(exc.schema)})
+            continue
+        except ShapeUnsupported as exc:
+            raise UnsupportedSchemaError(str(exc), "$ref", "") from None
+        return normalizer, root

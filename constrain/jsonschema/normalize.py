@@ -5,9 +5,12 @@ give (a keyword constrains only instances of its own type), `enum`/`const`, refe
 applicators (`allOf`, `anyOf`, `oneOf`, `not`, `if`/`then`/`else`, dependencies). Then
 `unevaluatedProperties` / `unevaluatedItems` apply to what no successful part annotated.
 
-Every keyword is listed in `constrain.jsonschema.keywords.KEYWORDS`; one the compiler cannot
-express raises `UnsupportedSchemaError` with its JSON pointer (or, when lenient, is dropped and
-reported). Unknown keywords are annotations, as the specification says.
+Every keyword is listed in `constrain.jsonschema.keywords.KEYWORDS`. A schema object whose
+applicators the algebra cannot combine exactly becomes a *check site* (see
+`constrain.jsonschema.validation`): `shape` raises `InexactSchema` naming it, and the compiler
+normalizes again with it (and the objects whose alternatives reach it) among `sites`. What even
+a site cannot express raises `UnsupportedSchemaError` with its JSON pointer (or, when lenient, is
+dropped and reported). Unknown keywords are annotations, as the specification says.
 """
 
 from __future__ import annotations
@@ -56,7 +59,9 @@ from constrain.jsonschema.shapes import (
     only,
     strings_of,
     union,
+    with_check,
 )
+from constrain.jsonschema.validation import Validators
 from constrain.regex import (
     ByteDFA,
     compile_regex,
@@ -66,7 +71,17 @@ from constrain.regex import (
     syntax_chars,
 )
 
-__all__ = ["Normalizer"]
+__all__ = ["InexactSchema", "Normalizer"]
+
+
+class InexactSchema(Exception):
+    """The algebra cannot combine the applicators of `schema` exactly: it should be a check
+    site (not an error: the compiler normalizes again with it among the sites)."""
+
+    def __init__(self, schema: Mapping, message: str, keyword: str | None, pointer: str):
+        super().__init__(message)
+        self.schema, self.message, self.keyword, self.pointer = schema, message, keyword, pointer
+
 
 _TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 _LONG = 256  # longer length bounds stay symbolic (counted in the grammar), unless combined
@@ -92,10 +107,18 @@ def _dfa(pattern: str, **kw) -> ByteDFA:
 
 
 class Normalizer:
-    """Turns the schemas of one document into shapes, memoised per location."""
+    """Turns the schemas of one document into shapes, memoised per location.
+
+    `sites` holds the ids of the schema objects validated on the value (check sites)."""
 
     def __init__(
-        self, root: Any, *, lenient: bool = False, max_depth: int = 64, draft: str | None = None
+        self,
+        root: Any,
+        *,
+        lenient: bool = False,
+        max_depth: int = 64,
+        draft: str | None = None,
+        sites: frozenset[int] = frozenset(),
     ):
         dialect = draft or (root.get("$schema", "") if isinstance(root, Mapping) else "")
         self.legacy = isinstance(dialect, str) and any(d in dialect for d in _LEGACY)
@@ -107,6 +130,9 @@ class Normalizer:
                 self.not_keywords = newer
         self.resources = Resources(root, legacy_ids=self.legacy)
         self.lenient = lenient
+        self.sites = sites
+        self._validators: Validators | None = None
+        self._draft = draft
         self.max_depth = max_depth
         self.dropped: list[str] = []
         self.memo: dict[tuple, Shape] = {}
@@ -153,6 +179,8 @@ class Normalizer:
         try:
             result = self._schema(schema, pointer, base, scope)
         except ShapeUnsupported as exc:
+            if id(schema) not in self.sites and not self.resources.has_dynamic:
+                raise InexactSchema(schema, str(exc), _culprit(schema), pointer) from None
             self.unsupported(str(exc), _culprit(schema), pointer)
             result = ANY
         except RegexError as exc:
@@ -174,6 +202,7 @@ class Normalizer:
             s = {k: v for k, v in s.items() if k not in self.not_keywords}
         if self.legacy and "$ref" in s:  # before 2019-09, $ref replaces its siblings
             return self._ref(s["$ref"], base, scope, "$ref", ptr)
+        site = id(s) in self.sites  # alternatives relaxed, the value validated (see above)
         parts: list[Shape] = [self._own(s, ptr, scope)]
         if "enum" in s:  # enum and const both apply when both are given
             if not isinstance(s["enum"], list):
@@ -190,22 +219,29 @@ class Normalizer:
         for i, sub in enumerate(s.get("allOf", [])):
             parts.append(self.shape(sub, f"{ptr}/allOf/{i}", scope))
         if "anyOf" in s:
-            parts.append(union(self._each(s, "anyOf", ptr, scope)))
+            parts.append(union(self._each(s, "anyOf", ptr, scope), drop_checks=site))
         if "oneOf" in s:
-            parts.append(self._one_of(self._each(s, "oneOf", ptr, scope), ptr))
+            branches = self._each(s, "oneOf", ptr, scope)
+            parts.append(union(branches, drop_checks=True) if site else self._one_of(branches, ptr))
         if "not" in s:
-            parts.append(complement(self.shape(s["not"], f"{ptr}/not", scope)))
+            negated = self.shape(s["not"], f"{ptr}/not", scope)
+            parts.append(ANY if site else complement(negated))
         if "if" in s:
             condition = self.shape(s["if"], f"{ptr}/if", scope)
             then = self.shape(s.get("then", True), f"{ptr}/then", scope)
             other = self.shape(s.get("else", True), f"{ptr}/else", scope)
-            parts.append(union([intersect(condition, then), difference(other, condition)]))
-        parts.extend(self._dependencies(s, ptr, scope))
+            otherwise = other if site else difference(other, condition)
+            parts.append(union([intersect(condition, then), otherwise], drop_checks=site))
+        parts.extend(self._dependencies(s, ptr, scope, site))
         result = ANY
         for part in sorted(parts, key=lambda p: p is not ANY):
             result = intersect(result, part)
         if "unevaluatedProperties" in s or "unevaluatedItems" in s:
             result = self._unevaluated(s, result, ptr, scope)
+        if site:
+            if self._validators is None:
+                self._validators = Validators(self.resources.root, self._draft)
+            result = with_check(result, self._validators.validation(s, base, ptr))
         return result
 
     def _ref(self, ref: Any, base: str, scope, keyword: str, ptr: str) -> Shape:
@@ -232,16 +268,14 @@ class Normalizer:
                     try:
                         part = difference(part, other)
                     except ShapeUnsupported as exc:
-                        raise UnsupportedSchemaError(
+                        raise ShapeUnsupported(
                             f"oneOf branches {i} and {j} may overlap and the overlap cannot be "
-                            f"excluded exactly ({exc})",
-                            "oneOf",
-                            ptr,
+                            f"excluded exactly ({exc})"
                         ) from None
             exclusive.append(part)
         return union(exclusive)
 
-    def _dependencies(self, s: Mapping, ptr: str, scope) -> list[Shape]:
+    def _dependencies(self, s: Mapping, ptr: str, scope, site: bool) -> list[Shape]:
         """dependentRequired / dependentSchemas / draft-7 dependencies: per trigger key, objects
         without it, or with it and what it demands (non-objects are unaffected)."""
         out = []
@@ -264,7 +298,7 @@ class Normalizer:
             without = _object_only(
                 ObjectShape({key: Prop(NOTHING)}, (Region(KeySet(excluded=frozenset([key])), ANY),))
             )
-            out.append(union([_non_objects(), without, demand]))
+            out.append(union([_non_objects(), without, demand], drop_checks=site))
         return out
 
     def _unevaluated(self, s: Mapping, shape: Shape, ptr: str, scope) -> Shape:
@@ -282,6 +316,7 @@ class Normalizer:
                 [_cover_array(a, items) for a in shape.arrays],
                 [_cover_object(o, props) for o in shape.objects],
                 shape.text,
+                shape.checks,
             ),
         )
 

@@ -54,6 +54,7 @@ __all__ = [
     "later",
     "settle",
     "union",
+    "with_check",
 ]
 
 _MAX_ALTERNATIVES = 256
@@ -88,15 +89,18 @@ EMPTY = dfa_from_strings([])
 
 class Shape:
     """A normalised schema: ``scalars`` (a DFA over value texts) or one of ``arrays`` or one of
-    ``objects``. Created empty and filled in place, so recursive schemas can refer to it."""
+    ``objects``, and ``checks`` the value must also pass once it is complete (schema objects the
+    algebra could not express, validated on the value: see `constrain.jsonschema.sites`).
+    Created empty and filled in place, so recursive schemas can refer to it."""
 
-    __slots__ = ("scalars", "text", "arrays", "objects", "filled", "name", "__weakref__")
+    __slots__ = ("scalars", "text", "arrays", "objects", "checks", "filled", "name", "__weakref__")
 
     def __init__(self, name: str = ""):
         self.scalars: ByteDFA = EMPTY
         self.text: Lengths | None = None  # strings by length only, kept symbolic (see Lengths)
         self.arrays: list[ArrayShape] = []
         self.objects: list[ObjectShape] = []
+        self.checks: tuple = ()
         self.filled = False
         self.name = name
 
@@ -106,15 +110,17 @@ class Shape:
         arrays: list[ArrayShape],
         objects: list[ObjectShape],
         text: Lengths | None = None,
+        checks: tuple = (),
     ) -> Shape:
         if len(arrays) > _MAX_ALTERNATIVES or len(objects) > _MAX_ALTERNATIVES:
             raise ShapeUnsupported(f"more than {_MAX_ALTERNATIVES} alternatives for one value")
         self.scalars, self.arrays, self.objects, self.text = scalars, arrays, objects, text
+        self.checks = checks
         self.filled = True
         return self
 
     def parts(self) -> tuple:
-        return self.scalars, self.arrays, self.objects, self.text
+        return self.scalars, self.arrays, self.objects, self.text, self.checks
 
     def __repr__(self) -> str:
         return (
@@ -506,7 +512,23 @@ def _intersection(a: Shape, b: Shape) -> tuple:
                 scalars = dfa_or(scalars, dfa_and(lengths.dfa, other.scalars))
         if text is not None and text.is_empty():
             text = None
-    return scalars, arrays, objects, text
+    return scalars, arrays, objects, text, _both_checks(a, b)
+
+
+def _both_checks(a: Shape, b: Shape) -> tuple:
+    return a.checks + tuple(c for c in b.checks if c not in a.checks)
+
+
+def with_check(shape: Shape, check) -> Shape:
+    """`shape` whose values must also pass `check` once complete."""
+    if shape is NOTHING:
+        return NOTHING
+
+    def parts() -> tuple:
+        scalars, arrays, objects, text, checks = shape.parts()
+        return scalars, arrays, objects, text, (*checks, check)
+
+    return later([shape], Shape(), parts)
 
 
 def _all_strings(dfa: ByteDFA) -> bool:
@@ -618,8 +640,11 @@ def _min_bound(a: int | None, b: int | None) -> int | None:
     return a if b is None else min(a, b)
 
 
-def union(shapes: list[Shape]) -> Shape:
-    """The shape of the values matching any of `shapes` (``anyOf``)."""
+def union(shapes: list[Shape], *, drop_checks: bool = False) -> Shape:
+    """The shape of the values matching any of `shapes` (``anyOf``). The members' checks do
+    not carry over (a union of alternatives cannot tell which one a value took): a member
+    checked on the value raises, unless `drop_checks` says the caller validates the union's
+    schema object instead."""
     if not shapes:
         return NOTHING
     if len(shapes) == 1:
@@ -628,6 +653,8 @@ def union(shapes: list[Shape]) -> Shape:
         return ANY
 
     def parts() -> tuple:
+        if not drop_checks and any(s.checks for s in shapes):
+            raise ShapeUnsupported("`anyOf` over a schema checked on the value")
         texts = {s.text for s in shapes if s.text is not None}
         scalars = [s.scalars for s in shapes]
         text = texts.pop() if len(texts) == 1 else None
@@ -645,6 +672,7 @@ def union(shapes: list[Shape]) -> Shape:
 
 def complement(a: Shape) -> Shape:
     """The shape of the values *not* matching `a` (``not``), without annotations."""
+    _refuse_checked(a)
     if a is ANY:
         return NOTHING
     if a is NOTHING:
@@ -658,7 +686,15 @@ def complement(a: Shape) -> Shape:
     return result
 
 
+def _refuse_checked(a: Shape) -> None:
+    """The algebra does not complement a shape checked on the value (the normalizer validates
+    the enclosing schema object instead)."""
+    if a.checks:
+        raise ShapeUnsupported("`not` of a schema checked on the value")
+
+
 def _complement(a: Shape) -> tuple:
+    _refuse_checked(a)
     arrays = _not_arrays(a)
     objects = [ANY_OBJECT]
     for alt in a.objects:
@@ -718,6 +754,7 @@ def difference(a: Shape, b: Shape) -> Shape:
         return a
     if b is ANY:
         return NOTHING
+    _refuse_checked(b)
     key = ("diff", id(a), id(b))
     got = _MEMO.conj.get(key)
     if got is not None:
@@ -741,12 +778,13 @@ def difference(a: Shape, b: Shape) -> Shape:
                 ]
                 _check_size(alts)
             objects.extend(alts)
+        _refuse_checked(b)
         removed = b.scalars if b.text is None else dfa_or(b.scalars, b.text.dfa)
         text = a.text
         if text is not None and not dfa_and(removed, STRINGS).is_empty():
             scalars = dfa_or(dfa_minus(a.scalars, removed), dfa_minus(text.dfa, removed))
-            return scalars, arrays, objects, None
-        return dfa_minus(a.scalars, removed), arrays, objects, text
+            return scalars, arrays, objects, None, a.checks
+        return dfa_minus(a.scalars, removed), arrays, objects, text, a.checks
 
     result = _MEMO.conj[key] = _nothing_if_empty(later([a, b], out, parts))
     return result
@@ -755,12 +793,19 @@ def difference(a: Shape, b: Shape) -> Shape:
 def _not_object(x: ObjectShape, within: ObjectShape | None = None) -> list[ObjectShape]:
     """Objects violating one constraint of `x` (a union); with `within`, only the violations
     an object shaped like `within` can have are needed, so "some key has a bad value" is
-    finite over its named keys and needs no normal form where its key regions agree with `x`."""
+    finite over its named keys and needs no normal form where its key regions agree with `x`.
+    When every object of `within` violates `x` (a key `x` requires that `within` never has, or
+    always has with a value `x` rejects), the answer is every object: no product to build."""
+    if within is not None and any(_always_violated(x, within, key) for key in x.required):
+        return [ANY_OBJECT]
     out = []
     for key in x.required:
         out.append(_with_key(key, NOTHING, required=False))
     for key, prop in x.named.items():
-        bad = complement(prop.value)
+        if within is None:
+            bad = complement(prop.value)
+        else:  # only the values `within` admits for the key (none: it cannot appear there)
+            bad = difference(within.lookup(key).value, prop.value)
         if bad is not NOTHING:
             out.append(_with_key(key, bad, required=True))
     if within is None:
@@ -775,7 +820,7 @@ def _not_object(x: ObjectShape, within: ObjectShape | None = None) -> list[Objec
         for key in within.named:  # finitely many: name the bad ones
             if key in x.named:
                 continue
-            bad = complement(x.lookup(key).value)
+            bad = difference(within.named[key].value, x.lookup(key).value)
             if bad is not NOTHING:
                 out.append(_with_key(key, bad, required=True))
         for region in within.regions:
@@ -787,6 +832,14 @@ def _not_object(x: ObjectShape, within: ObjectShape | None = None) -> list[Objec
     if x.max_props is not None:
         out.append(replace(ANY_OBJECT, min_props=x.max_props + 1))
     return out
+
+
+def _always_violated(x: ObjectShape, within: ObjectShape, key: str) -> bool:
+    """Every object of `within` breaks `x`'s requirement of `key`."""
+    allowed = within.lookup(key).value
+    if allowed is NOTHING:
+        return True
+    return key in within.required and is_empty(intersect(allowed, x.lookup(key).value))
 
 
 def _check_region_agrees(value: Shape, keys: KeySet, x: ObjectShape) -> None:

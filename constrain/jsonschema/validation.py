@@ -1,0 +1,174 @@
+"""Validation with `jsonschema`: the validator of each draft, and check sites.
+
+The shape algebra (`constrain.jsonschema.shapes`) is exact, but some combinations have no normal
+form: `oneOf` branches whose overlap is "some key matching a pattern has a bad value", `not`
+of such schemas, more than 256 alternatives. Rather than refuse the schema, the compiler makes
+such a schema object a *check site*: its shape is relaxed to a superset the algebra can express
+(`oneOf` becomes the union of its branches, `not` admits anything, `if` becomes `then` or
+`else`), and the value found there is validated against the schema object itself (`Validation`)
+as soon as it is complete. The text check (`constrain.jsonschema.checks`) refuses the token that
+completes an invalid value, so the language is exactly the schema's.
+
+A check decides only where the value's schema is known. Inside an alternative (`anyOf`,
+`oneOf`, `not`, `if`/`then`/`else`, `dependentSchemas`, `contains`, `unevaluated*`) a value may be
+following another branch, so every schema object with such an applicator whose subschemas can
+reach a site is a site too (`sites_reaching`): the checks deeper down then only refuse values
+that no branch can accept, and the site's own check decides.
+
+The price: the grammar does not look ahead past a check, so a generation can write a value
+whose every completion fails it (a dead end, which `generate` backtracks out of).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jsonschema
+
+from constrain.errors import UnsupportedSchemaError
+from constrain.jsonschema.refs import DOCUMENT_BASE, Resources
+
+__all__ = ["DRAFTS", "Validation", "Validators", "draft_validator", "sites_reaching"]
+
+DRAFTS = {
+    "2020-12": "Draft202012Validator",
+    "2019-09": "Draft201909Validator",
+    "draft-07": "Draft7Validator",
+    "draft-06": "Draft6Validator",
+    "draft-04": "Draft4Validator",
+}
+
+# applicators whose subschemas hold alternatives (a value there may follow another branch)
+_ALTERNATIVES = (
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentSchemas",
+    "dependencies",
+    "contains",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+)
+_SINGLE = (
+    "additionalProperties",
+    "additionalItems",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "contains",
+    "propertyNames",
+    "not",
+    "if",
+    "then",
+    "else",
+)
+_LISTS = ("prefixItems", "allOf", "anyOf", "oneOf")
+_MAPS = ("properties", "patternProperties", "dependentSchemas", "dependencies")
+_REFS = ("$ref", "$recursiveRef", "$dynamicRef")
+
+
+def draft_validator(draft: str):
+    """The `jsonschema` validator class of a dialect named as in `DRAFTS` (None if unknown)."""
+    name = DRAFTS.get(draft)
+    return getattr(jsonschema, name) if name else None
+
+
+class Validation:
+    """The check "the value validates against the schema object at `pointer`"."""
+
+    __slots__ = ("pointer", "_validator")
+
+    def __init__(self, validator, pointer: str):
+        self.pointer = pointer
+        self._validator = validator
+
+    def __call__(self, value: Any) -> bool:
+        return self._validator.is_valid(value)
+
+    def __repr__(self) -> str:
+        return f"Validation({self.pointer or '#'})"
+
+
+class Validators:
+    """Validators for the schema objects of one document: its draft, its references resolved
+    in the document, formats checked."""
+
+    def __init__(self, root: Any, draft: str | None):
+        cls = draft_validator(draft) if draft else None
+        if cls is None:
+            cls = jsonschema.validators.validator_for(root, default=jsonschema.Draft202012Validator)
+        self._root = cls(root, format_checker=jsonschema.FormatChecker())
+
+    def validation(self, schema: Mapping, base: str, pointer: str) -> Validation:
+        """The check for `schema`, a schema object of the document whose base URI is `base`."""
+        resolver = self._root._resolver
+        if base != DOCUMENT_BASE:  # inside a resource with its own $id
+            resolver = resolver.lookup(base).resolver
+        return Validation(self._root.evolve(schema=schema, _resolver=resolver), pointer)
+
+
+def sites_reaching(resources: Resources, targets: set[int]) -> frozenset[int]:
+    """`targets` (ids of schema objects) and every schema object with an applicator of
+    alternatives whose subschemas can reach one of them (through any subschema or reference)."""
+    edges: dict[int, list[int]] = {}
+    alternatives: dict[int, list[int]] = {}
+    nodes: dict[int, Mapping] = {}
+    stack = [resources.root]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, Mapping) or id(node) in nodes:
+            continue
+        nodes[id(node)] = node
+        subs = _subschemas(node, resources)
+        edges[id(node)] = [id(sub) for _, sub in subs]
+        alternatives[id(node)] = [id(sub) for keyword, sub in subs if keyword in _ALTERNATIVES]
+        stack.extend(sub for _, sub in subs)
+    callers: dict[int, list[int]] = {}
+    for node, subs in edges.items():
+        for sub in subs:
+            callers.setdefault(sub, []).append(node)
+    reaching = set(targets)
+    todo = list(targets)
+    while todo:
+        for caller in callers.get(todo.pop(), ()):
+            if caller not in reaching:
+                reaching.add(caller)
+                todo.append(caller)
+    found = set(targets)
+    for node, subs in alternatives.items():
+        if any(sub in reaching for sub in subs):
+            found.add(node)
+    return frozenset(found)
+
+
+def _subschemas(node: Mapping, resources: Resources) -> list[tuple[str, Mapping]]:
+    """The schema objects `node` applies, with the keyword applying each (references
+    resolved; `$defs` are reached only through references)."""
+    out: list[tuple[str, Any]] = []
+    for keyword in _SINGLE:
+        if keyword in node:
+            out.append((keyword, node[keyword]))
+    for keyword in _LISTS:
+        if isinstance(node.get(keyword), list):
+            out.extend((keyword, sub) for sub in node[keyword])
+    for keyword in _MAPS:
+        if isinstance(node.get(keyword), Mapping):
+            out.extend((keyword, sub) for sub in node[keyword].values())
+    items = node.get("items")
+    if isinstance(items, list):
+        out.extend(("items", sub) for sub in items)
+    elif items is not None:
+        out.append(("items", items))
+    base = resources.base(node)
+    for keyword in _REFS:
+        ref = node.get(keyword)
+        if isinstance(ref, str):
+            target = "#" if keyword == "$recursiveRef" else ref
+            try:
+                out.append((keyword, resources.resolve(target, base, keyword, "")[0]))
+            except UnsupportedSchemaError:  # the compiler reports it where it is used
+                pass
+    return [(keyword, sub) for keyword, sub in out if isinstance(sub, Mapping)]
