@@ -105,6 +105,7 @@ class Grammar:
         any_order: bool = False,
         lenient: bool = False,
         draft: str | None = None,
+        timeout: float = 10.0,
     ) -> Grammar:
         """The JSON documents valid under `schema` (a dict, a bool or JSON text).
 
@@ -119,10 +120,11 @@ class Grammar:
             lenient: drop what cannot be expressed, with a warning, instead of raising.
             draft: read the schema in this dialect ("2020-12", "2019-09", "draft-07",
                 "draft-06", "draft-04") whatever its ``$schema`` says.
+            timeout: limit on the compilation, in seconds.
 
         Raises:
             UnsupportedSchemaError: a keyword that cannot be expressed exactly, named with its
-                JSON pointer (strict mode).
+                JSON pointer (strict mode), or the compilation took longer than `timeout`.
         """
         from constrain.jsonschema import compile_schema
 
@@ -133,6 +135,7 @@ class Grammar:
             any_order=any_order,
             lenient=lenient,
             draft=draft,
+            timeout=timeout,
         )
         # JSON separates every value by punctuation, and a string chunk is a fixed length:
         # no lexeme can be trapped by longest match, so the lint is skipped

@@ -35,6 +35,7 @@ _SCALAR_END = frozenset(b" \t\n\r,]}")
 # bracket, a comma or whitespace after a number)
 _ITEM_ENDS = frozenset(b'" \t\n\r,]}')
 _CLOSERS = frozenset(b",]}")  # after a string: what ends a container or starts a new member
+_MAX_VERDICTS = 4096  # validations of completed values remembered per schema
 # quotes a token needs to complete a repeated key, by mode: to close a key in progress, to write
 # a whole key (from after a value, a comma or an opening brace), or to close a string value first
 _QUOTES_TO_KEY = {_KEYSTR: 1, _STRING: 3}
@@ -85,6 +86,7 @@ class JsonChecks:
     def __init__(self, root: Shape | None, validates: bool = False):
         self.root = root
         self.validates = validates  # some value is validated when complete (check sites)
+        self._verdicts: dict[tuple, bool] = {}  # (ids of the shapes, value text) -> passes
         self.start = _State(_VALUE, (), b"", False, ())
 
     # -- the text check interface -------------------------------------------------------------
@@ -126,9 +128,8 @@ class JsonChecks:
 
     def _risky(self, state: _State):
         captures = state.captures
-        if any(isinstance(f, _Array) and f.unique for f in state.frames) or any(
-            capture[2] for capture in captures
-        ):
+        validating = any(capture[2] for capture in captures)
+        if validating or any(isinstance(f, _Array) and f.unique for f in state.frames):
             risky = ("ends", _ITEM_ENDS)
         else:
             needed = _QUOTES_TO_KEY.get(state.mode, 2)
@@ -136,28 +137,32 @@ class JsonChecks:
             risky = ("quotes", needed if keys else needed + 2)
         if risky[0] == "quotes" and risky[1] >= 3:
             return risky  # already a handful of tokens
-        if state.mode not in (_STRING, _KEYSTR) or state.escaped or self.validates:
+        if state.mode not in (_STRING, _KEYSTR) or state.escaped:
             return risky
         top = state.frames[-1] if state.frames else None
-        written = captures[-1][1] if captures and captures[-1][0] == len(state.frames) else b""
+        here = captures[-1] if captures and captures[-1][0] == len(state.frames) else None
+        if state.mode == _STRING and here is not None and here[2]:
+            return ("quotes", 1)  # this string is validated once it closes
         if state.mode == _KEYSTR and isinstance(top, _Object):
             earlier = [key_text(k) for k in top.seen]
             written = b'"' + state.text
-        elif state.mode == _STRING and isinstance(top, _Array) and top.unique and written:
+        elif state.mode == _STRING and isinstance(top, _Array) and top.unique and here:
             earlier = [key_text(item[1]) for item in top.seen if item[0] == "s"]
+            written = here[1]
         else:
-            earlier = []
+            earlier, written = [], b""
         rests = tuple(t[len(written) :] for t in earlier if t.startswith(written))
-        return ("prefixes", rests, ("exit",))
+        # a scalar can end at whitespace: where values are validated, that may complete one
+        return ("prefixes", rests, ("exit", _CLOSERS | _WS if self.validates else _CLOSERS))
 
     def selects(self, selector, data: bytes) -> bool:
         kind = selector[0]
         if kind == "prefixes":
             return data.startswith(selector[1]) or self.selects(selector[2], data)
-        if kind == "exit":  # leaves a string, then closes, separates or writes another string
+        if kind == "exit":  # leaves the string, then ends something or writes another string
             quote = data.find(b'"')
             return quote >= 0 and (
-                data.count(b'"') >= 3 or not _CLOSERS.isdisjoint(data[quote + 1 :])
+                data.count(b'"') >= 3 or not selector[1].isdisjoint(data[quote + 1 :])
             )
         if kind == "quotes":
             return data.count(b'"') >= selector[1]
@@ -275,7 +280,7 @@ class JsonChecks:
         text = None
         if captures and captures[-1][0] == len(state.frames):  # this value was captured
             _, text, checked = captures[-1]
-            if checked and not _passes(checked, text):
+            if checked and not self._passes(checked, text):
                 return None
             captures = captures[:-1]
         if not state.frames:
@@ -292,6 +297,20 @@ class JsonChecks:
         frame = _Array(top.shapes, top.unique, seen, top.index + 1)
         return state.but(frames=state.frames[:-1] + (frame,), captures=captures)
 
+    def _passes(self, shapes: tuple[Shape, ...], text: bytes) -> bool:
+        """The value `text` passes the checks of one of the shapes it may have (several when
+        the schema has alternatives there: the check site around them decides). Remembered: a
+        mask completes the same value with every token that closes it the same way."""
+        key = (tuple(map(id, shapes)), text)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            value = json.loads(text)
+            verdict = any(all(check(value) for check in shape.checks) for shape in shapes)
+            if len(self._verdicts) >= _MAX_VERDICTS:
+                self._verdicts.clear()
+            self._verdicts[key] = verdict
+        return verdict
+
     def _close(self, state: _State) -> _State | None:
         """The innermost container closed (its closing byte is already captured)."""
         frames = state.frames[:-1]
@@ -304,13 +323,6 @@ def _grow(captures: tuple, data: bytes) -> tuple:
     if not captures:
         return captures
     return tuple((depth, text + data, checked) for depth, text, checked in captures)
-
-
-def _passes(shapes: tuple[Shape, ...], text: bytes) -> bool:
-    """The value `text` passes the checks of one of the shapes it may have (several when the
-    schema has alternatives there: the check site around them decides)."""
-    value = json.loads(text)
-    return any(all(check(value) for check in shape.checks) for shape in shapes)
 
 
 def _flatten(groups) -> tuple:

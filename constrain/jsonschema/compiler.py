@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import warnings
 from functools import lru_cache
 from typing import Any
@@ -23,7 +24,7 @@ from constrain.errors import UnsupportedSchemaError
 from constrain.grammar.ir import GrammarIR, Lexeme, Rule, repeat
 from constrain.jsonschema import shapes
 from constrain.jsonschema.checks import JsonChecks, checks_for
-from constrain.jsonschema.normalize import InexactSchema, Normalizer
+from constrain.jsonschema.normalize import Contents, InexactSchema, Normalizer
 from constrain.jsonschema.shapes import (
     ANY_CHAR,
     NOTHING,
@@ -344,6 +345,7 @@ def compile_schema(
     lenient: bool = False,
     draft: str | None = None,
     max_rules: int = 100_000,
+    timeout: float = 10.0,
 ) -> tuple[GrammarIR, JsonChecks | None]:
     """Compile a JSON Schema (a dict, a bool or JSON text) to the grammar IR, and the text
     check for what a grammar cannot say (no duplicate keys, `uniqueItems`; None if not needed).
@@ -360,23 +362,30 @@ def compile_schema(
             "draft-06", "draft-04"), overriding its ``$schema`` (default: as it declares,
             else 2020-12).
         max_rules: limit on the size of the grammar.
+        timeout: limit on the compilation, in seconds.
 
     Raises:
         UnsupportedSchemaError: a keyword that cannot be expressed exactly (named, with its
-            JSON pointer), in strict mode.
+            JSON pointer), in strict mode; or the compilation took longer than `timeout`.
     """
     if isinstance(schema, str):
         schema = json.loads(schema)
     if draft is not None and draft_validator(draft) is None:
         raise ValueError(f"unknown draft {draft!r}: one of {', '.join(DRAFTS)}")
-    normalizer, root = _normalized(schema, lenient, draft)
     pretty = whitespace == "pretty"
     ws = None if pretty else WHITESPACE.get(whitespace, whitespace)
     emitter = _Emitter(ws, indent if pretty else None, any_order, max_rules)
     try:
+        normalizer, root = _normalized(schema, lenient, draft, time.monotonic() + timeout)
         start = emitter.value(root, 0)
     except ShapeUnsupported as exc:
         raise UnsupportedSchemaError(str(exc), None, "") from None
+    except shapes.CompileTimeout:
+        raise UnsupportedSchemaError(
+            f"compiling the schema took longer than its limit of {timeout:g} s (timeout=)",
+            None,
+            "",
+        ) from None
     emitter.add("start", (start,))
     if emitter.notes:
         warnings.warn(
@@ -392,13 +401,18 @@ def compile_schema(
     return ir, checks_for(root)
 
 
-def _normalized(schema: Any, lenient: bool, draft: str | None) -> tuple[Normalizer, Shape]:
+def _normalized(
+    schema: Any, lenient: bool, draft: str | None, deadline: float
+) -> tuple[Normalizer, Shape]:
     """The schema's normal form; schema objects the algebra cannot combine exactly become
     check sites, found one per pass (a schema rarely has more than one or two)."""
     sites: frozenset[int] = frozenset()
+    contents = Contents()
     while True:
-        shapes.fresh()
-        normalizer = Normalizer(schema, lenient=lenient, draft=draft, sites=sites)
+        shapes.fresh(deadline)
+        normalizer = Normalizer(
+            schema, lenient=lenient, draft=draft, sites=sites, contents=contents
+        )
         try:
             root = normalizer.shape(schema, "")
             shapes.settle()
@@ -410,7 +424,8 @@ def _normalized(schema: Any, lenient: bool, draft: str | None) -> tuple[Normaliz
                     exc.keyword,
                     exc.pointer,
                 ) from None
-            sites = sites_reaching(normalizer.resources, {*sites, id(exc.schema)})
+            targets = {*sites, contents.of(exc.schema)}
+            sites = sites_reaching(normalizer.resources, targets, contents.of)
             continue
         except ShapeUnsupported as exc:
             raise UnsupportedSchemaError(str(exc), "$ref", "") from None

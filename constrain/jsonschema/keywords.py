@@ -35,10 +35,15 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "allOf": ("exact", "intersection of the normal forms (sibling keywords included)"),
     "anyOf": ("exact", "union"),
     "oneOf": ("exact", "union when branches are provably disjoint, else each branch minus the "
-              "others (needs `not` of the overlapping branches)"),
-    "not": ("partial", "complement of scalars always; of arrays and objects unless it needs "
-            "\"some extra key / item has a bad value\" (then UnsupportedSchemaError)"),
-    "if / then / else": ("partial", "(if and then) or (not if and else); as `not`"),
+              "others; where that has no normal form, a check site (below)"),
+    "not": ("exact", "complement of scalars always; of arrays and objects unless it needs "
+            "\"some extra key / item has a bad value\" (then a check site)"),
+    "if / then / else": ("exact", "(if and then) or (not if and else); as `not`"),
+    "(check sites)": ("exact", "a schema object whose `oneOf` / `not` / `if` has no normal form "
+                      "(and every `anyOf` / `oneOf` / `if` / `dependentSchemas` / `contains` "
+                      "that can reach it) is relaxed to a superset in the grammar and its value "
+                      "validated with `jsonschema` when complete: a token completing an invalid "
+                      "value is refused; no lookahead: dead ends are backtracked by `generate`"),
     "properties": ("exact", "output in schema order (any order with `any_order=True`); no "
                    "object repeats a key (extra keys are checked on the text)"),
     "required": ("exact", ""),
@@ -57,9 +62,9 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "unevaluatedItems": ("partial", "as unevaluatedProperties; `contains` annotations ignored"),
     "uniqueItems": ("exact", "not context-free, so checked on the text beside the grammar: "
                     "a token completing a repeated item (compared as JSON values) is refused; "
-                    "enforced where any `anyOf` branch asks for it; `not` of it is "
-                    "UnsupportedSchemaError; no lookahead: dead ends are backtracked by "
-                    "`generate` (`backtracks=`)"),
+                    "enforced where any `anyOf` branch asks for it; `not` of it is a check "
+                    "site; no lookahead: dead ends are backtracked by `generate` "
+                    "(`backtracks=`)"),
     "minLength / maxLength": ("exact", "code points; escapes count as one character; long "
                               "bounds counted in the grammar in 32-character chunks"),
     "pattern": ("exact", "ECMA-262 search semantics (Unicode `\\s`, `\\S` also inside a "

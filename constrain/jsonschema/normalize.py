@@ -50,14 +50,15 @@ from constrain.jsonschema.shapes import (
     dfa_or,
     dfa_union,
     difference,
+    disjoint,
     empty_combination,
     intersect,
-    is_empty,
     key_text,
     later,
     length_dfa,
     only,
     strings_of,
+    time_left,
     union,
     with_check,
 )
@@ -71,7 +72,28 @@ from constrain.regex import (
     syntax_chars,
 )
 
-__all__ = ["InexactSchema", "Normalizer"]
+__all__ = ["Contents", "InexactSchema", "Normalizer"]
+
+
+class Contents:
+    """Keys of a document's schema objects by content: equal subtrees get equal keys (small
+    ints, so keys hash in constant time)."""
+
+    def __init__(self):
+        self._of: dict[int, int] = {}  # id(node) -> key (nodes live as long as the document)
+        self._keys: dict[tuple, int] = {}
+
+    def of(self, node: Any) -> int:
+        found = self._of.get(id(node))
+        if found is None:
+            if isinstance(node, Mapping):
+                shape = ("o", *sorted((str(k), self.of(v)) for k, v in node.items()))
+            elif isinstance(node, list):
+                shape = ("a", *(self.of(v) for v in node))
+            else:  # the type name keeps 1, 1.0 and True apart
+                shape = ("v", type(node).__name__, node)
+            found = self._of[id(node)] = self._keys.setdefault(shape, len(self._keys))
+        return found
 
 
 class InexactSchema(Exception):
@@ -103,13 +125,15 @@ _NEWER_THAN = {
 
 
 def _dfa(pattern: str, **kw) -> ByteDFA:
-    return compile_regex(pattern, **kw)
+    return compile_regex(pattern, timeout=time_left(), **kw)
 
 
 class Normalizer:
-    """Turns the schemas of one document into shapes, memoised per location.
+    """Turns the schemas of one document into shapes, memoised per content (equal subtrees,
+    as in documents with their definitions inlined, are normalised once).
 
-    `sites` holds the ids of the schema objects validated on the value (check sites)."""
+    `sites` holds the `contents` keys of the schema objects validated on the value (check
+    sites)."""
 
     def __init__(
         self,
@@ -119,6 +143,7 @@ class Normalizer:
         max_depth: int = 64,
         draft: str | None = None,
         sites: frozenset[int] = frozenset(),
+        contents: Contents | None = None,
     ):
         dialect = draft or (root.get("$schema", "") if isinstance(root, Mapping) else "")
         self.legacy = isinstance(dialect, str) and any(d in dialect for d in _LEGACY)
@@ -131,6 +156,7 @@ class Normalizer:
         self.resources = Resources(root, legacy_ids=self.legacy)
         self.lenient = lenient
         self.sites = sites
+        self.contents = contents or Contents()
         self._validators: Validators | None = None
         self._draft = draft
         self.max_depth = max_depth
@@ -153,6 +179,7 @@ class Normalizer:
             return ANY
         if schema is False:
             return NOTHING
+        time_left()  # raises CompileTimeout past the compilation's deadline
         if not isinstance(schema, Mapping):
             raise UnsupportedSchemaError(
                 f"a schema must be an object or a boolean, not {type(schema).__name__}",
@@ -162,7 +189,7 @@ class Normalizer:
         base = self.resources.base(schema)
         if self.resources.has_dynamic and (not scope or scope[-1] != base) and base not in scope:
             scope = (*scope, base)
-        key = (id(schema), scope if self.resources.has_dynamic else ())
+        key = (self.contents.of(schema), base, scope if self.resources.has_dynamic else ())
         done = self.memo.get(key)
         if done is not None:
             return done
@@ -179,7 +206,7 @@ class Normalizer:
         try:
             result = self._schema(schema, pointer, base, scope)
         except ShapeUnsupported as exc:
-            if id(schema) not in self.sites and not self.resources.has_dynamic:
+            if key[0] not in self.sites and not self.resources.has_dynamic:
                 raise InexactSchema(schema, str(exc), _culprit(schema), pointer) from None
             self.unsupported(str(exc), _culprit(schema), pointer)
             result = ANY
@@ -202,7 +229,7 @@ class Normalizer:
             s = {k: v for k, v in s.items() if k not in self.not_keywords}
         if self.legacy and "$ref" in s:  # before 2019-09, $ref replaces its siblings
             return self._ref(s["$ref"], base, scope, "$ref", ptr)
-        site = id(s) in self.sites  # alternatives relaxed, the value validated (see above)
+        site = self.contents.of(s) in self.sites  # alternatives relaxed, value validated
         parts: list[Shape] = [self._own(s, ptr, scope)]
         if "enum" in s:  # enum and const both apply when both are given
             if not isinstance(s["enum"], list):
@@ -264,7 +291,7 @@ class Normalizer:
         for i, branch in enumerate(branches):
             part = branch
             for j, other in enumerate(branches):
-                if i != j and not is_empty(intersect(branch, other)):
+                if i != j and not disjoint(branch, other):
                     try:
                         part = difference(part, other)
                     except ShapeUnsupported as exc:

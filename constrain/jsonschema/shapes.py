@@ -15,7 +15,9 @@ of its operands, and results are created before they are filled, so cycles map t
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -43,14 +45,17 @@ __all__ = [
     "Prop",
     "Region",
     "Shape",
+    "CompileTimeout",
     "ShapeUnsupported",
     "complement",
     "difference",
+    "disjoint",
     "fresh",
     "intersect",
     "is_empty",
     "length_dfa",
     "strings_of",
+    "time_left",
     "later",
     "settle",
     "union",
@@ -62,6 +67,10 @@ _MAX_ALTERNATIVES = 256
 
 class ShapeUnsupported(Exception):
     """An operation whose result has no normal form (the caller names keyword and pointer)."""
+
+
+class CompileTimeout(Exception):
+    """The compilation ran past its deadline (see `fresh`)."""
 
 
 ANY_CHAR = r"(?:[^\n]|\n)"  # every character (a negated class stays small)
@@ -403,7 +412,8 @@ class _Memo(threading.local):
     """Results memoised on operand identities, for one compilation in one thread (`fresh`
     clears them, so identities of freed objects are never looked up again)."""
 
-    def __init__(self):
+    def __init__(self, deadline: float = math.inf):
+        self.deadline = deadline  # time.monotonic() by which the compilation must end
         self.dfa: dict[tuple[int, int, str], ByteDFA] = {}
         self.keep: list = []  # operands of memoised results stay alive: ids are not reused
         self.conj: dict[tuple[int, int], Shape] = {}
@@ -415,9 +425,22 @@ class _Memo(threading.local):
 _MEMO = _Memo()
 
 
-def fresh() -> None:
-    """Forget memoised results (call at the start of each compilation)."""
-    _MEMO.__init__()
+def fresh(deadline: float = math.inf) -> None:
+    """Forget memoised results (call at the start of each compilation); operations past
+    `deadline` (a `time.monotonic()` value) raise `CompileTimeout`."""
+    _MEMO.__init__(deadline)
+
+
+def time_left() -> float:
+    """Seconds left before the compilation's deadline.
+
+    Raises:
+        CompileTimeout: none are left.
+    """
+    left = _MEMO.deadline - time.monotonic()
+    if left <= 0:
+        raise CompileTimeout
+    return left
 
 
 def _dfa(a: ByteDFA, b: ByteDFA, op: str) -> ByteDFA:
@@ -433,6 +456,7 @@ def _dfa(a: ByteDFA, b: ByteDFA, op: str) -> ByteDFA:
     key = (id(a), id(b), op)
     got = _MEMO.dfa.get(key)
     if got is None:
+        time_left()
         got = _MEMO.dfa[key] = combine(a, b, op, f"({a.pattern}){op}({b.pattern})")
         _MEMO.keep.extend((a, b))
     return got
@@ -867,6 +891,34 @@ def _with_key(key: str, value: Shape, *, required: bool) -> ObjectShape:
 
 
 # -- emptiness --------------------------------------------------------------------------------------
+
+
+def disjoint(a: Shape, b: Shape) -> bool:
+    """True only when no value matches both (False when unsure). Tries the cheap proofs
+    first: scalars that never meet, and objects told apart by a key both require whose values
+    never meet (a discriminator such as ``"type": {"enum": ["Bridge"]}``); only then is the
+    intersection built."""
+    if empty_combination(a.scalars, b.scalars, "and") and a.text is None and b.text is None:
+        if not (a.arrays and b.arrays) and all(
+            _objects_disjoint(x, y) for x in a.objects for y in b.objects
+        ):
+            return True
+    return is_empty(intersect(a, b))
+
+
+def _objects_disjoint(x: ObjectShape, y: ObjectShape) -> bool:
+    for key in x.required & y.required:
+        vx, vy = x.lookup(key).value, y.lookup(key).value
+        if (
+            vx.filled
+            and vy.filled
+            and not (vx.arrays or vx.objects or vy.arrays or vy.objects)
+            and vx.text is None
+            and vy.text is None
+            and empty_combination(vx.scalars, vy.scalars, "and")
+        ):
+            return True
+    return False
 
 
 def is_empty(shape: Shape) -> bool:

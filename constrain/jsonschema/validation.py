@@ -110,9 +110,10 @@ class Validators:
         return Validation(self._root.evolve(schema=schema, _resolver=resolver), pointer)
 
 
-def sites_reaching(resources: Resources, targets: set[int]) -> frozenset[int]:
-    """`targets` (ids of schema objects) and every schema object with an applicator of
-    alternatives whose subschemas can reach one of them (through any subschema or reference)."""
+def sites_reaching(resources: Resources, targets: set, key) -> frozenset:
+    """`targets` and the schema objects with an applicator of alternatives whose subschemas
+    can reach one of them (through any subschema or reference). Schema objects are named by
+    `key` (equal subtrees share a key, so every copy of a target counts)."""
     edges: dict[int, list[int]] = {}
     alternatives: dict[int, list[int]] = {}
     nodes: dict[int, Mapping] = {}
@@ -130,8 +131,8 @@ def sites_reaching(resources: Resources, targets: set[int]) -> frozenset[int]:
     for node, subs in edges.items():
         for sub in subs:
             callers.setdefault(sub, []).append(node)
-    reaching = set(targets)
-    todo = list(targets)
+    reaching = {node for node in nodes if key(nodes[node]) in targets}
+    todo = list(reaching)
     while todo:
         for caller in callers.get(todo.pop(), ()):
             if caller not in reaching:
@@ -140,7 +141,7 @@ def sites_reaching(resources: Resources, targets: set[int]) -> frozenset[int]:
     found = set(targets)
     for node, subs in alternatives.items():
         if any(sub in reaching for sub in subs):
-            found.add(node)
+            found.add(key(nodes[node]))
     return frozenset(found)
 
 
