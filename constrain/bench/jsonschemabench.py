@@ -267,7 +267,7 @@ def run_schema(model, subset: str, path: Path, args) -> dict:
     record = {"subset": subset, "id": path.stem, "compiled": False, "valid": False}
     t0 = time.perf_counter()
     signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, args.compile_timeout)
+    signal.setitimer(signal.ITIMER_REAL, args.compile_timeout + 1.0)  # a safety net
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -276,7 +276,11 @@ def run_schema(model, subset: str, path: Path, args) -> dict:
                 schema=schema,
                 # read every schema as the official validator does (Draft 2020-12), whatever
                 # its $schema says
-                schema_options={"whitespace": args.whitespace, "draft": "2020-12"},
+                schema_options={
+                    "whitespace": args.whitespace,
+                    "draft": "2020-12",
+                    "timeout": args.compile_timeout,  # the compiler's own limit, a clear error
+                },
                 sampler=args.sampler,
                 max_tokens=args.max_tokens,
                 greedy=True,
