@@ -40,6 +40,7 @@ _MAX_CACHED_STEPS = 2**18  # token transitions remembered per Constraint (cleare
 _BUDGET_WINDOW = 64
 _OWED_AFTER_STATES = 64  # states whose per-token completion lengths are kept (200 KB each at 49k)
 _UNKNOWN = np.iinfo(np.int32).max
+_EOS_NEXT = -1  # while closing: the completion is spelled, EOS comes next
 # token ids per (kind of text check, selector), per vocabulary
 _SELECTED: weakref.WeakKeyDictionary[Vocabulary, dict] = weakref.WeakKeyDictionary()
 
@@ -67,7 +68,7 @@ class Constraint:
         }
         self._special_texts = {i: text for text, i in self._special_ids.items()}
         self._steps: dict[tuple[Hashable, int], Hashable | None] = {}
-        self._completions: dict[Hashable, tuple[int, int | None] | None] = {}
+        self._completions: dict[Hashable, tuple[int, ...] | None] = {}
         self._owed_after: OrderedDict[Hashable, np.ndarray] = OrderedDict()
 
     def start(self, max_tokens: int | None = None) -> Matcher:
@@ -86,20 +87,25 @@ class Constraint:
         """A shortest completion of `state`: ``(tokens, first token)`` of its bytes tokenized
         (``(0, None)`` when the state accepts); None when the automaton finds none or its
         tokenization does not spell it. Cached by state."""
+        ids = self.completion_tokens(state)
+        if ids is None:
+            return None
+        return len(ids), ids[0] if ids else None
+
+    def completion_tokens(self, state: Hashable) -> tuple[int, ...] | None:
+        """The tokens of a shortest completion of `state` (see `completion`)."""
         try:
             return self._completions[state]
         except KeyError:
             pass
         text = self.automaton.completion(state)
-        plan = None
-        if text == b"":
-            plan = (0, None)
-        elif text is not None:
-            ids = _tokenize(self.vocab, text)
-            if b"".join(self.vocab.token_bytes(t) for t in ids) == text:
-                plan = (len(ids), ids[0])
-        self._completions[state] = plan
-        return plan
+        ids = None
+        if text is not None:
+            tokens = _tokenize(self.vocab, text) if text else []
+            if b"".join(self.vocab.token_bytes(t) for t in tokens) == text:
+                ids = tuple(tokens)
+        self._completions[state] = ids
+        return ids
 
     def owed_after(self, state: Hashable) -> np.ndarray:
         """Per token allowed at `state`: the tokens of a shortest completion after it (int32,
@@ -227,17 +233,18 @@ class Matcher:
     shortest completion's tokens are left) a token is allowed only if a shortest completion
     after it still fits in the tokens left, so a generation cut by the budget ends with a
     complete text. When no completion fits any more (a deadline lowered the budget, or the
-    text nested deeper than it left room for), only tokens that start a shortest completion
-    are allowed: the text closes as fast as it can. The filter is off when a token lengthens
-    the shortest completion by more than 64 tokens at once, and in a state whose completion
-    the automaton cannot find.
+    text nested deeper than it left room for), the text is *closed*: the tokens of one shortest completion, fixed at that point, are the only ones
+    allowed, then EOS (so closing always ends, in as few tokens as the automaton knows; a
+    rollback before that point, or a larger budget, lifts it). The filter is off when a token lengthens the
+    shortest completion by more than 64 tokens at once, and in a state whose completion the
+    automaton cannot find.
 
     A grammar with a text check (`Grammar.check`: no duplicate JSON keys, unique items) keeps
     the check's state beside each automaton state; a token the check refuses is refused by
     `check`, `advance` and `mask` alike.
     """
 
-    __slots__ = ("constraint", "_states", "max_tokens", "_texts", "_fed", "_stepped")
+    __slots__ = ("constraint", "_states", "max_tokens", "_texts", "_fed", "_stepped", "_closing")
 
     def __init__(
         self,
@@ -254,6 +261,8 @@ class Matcher:
         # found in the current state, for `advance` (a few entries, still in the CPU's caches)
         self._stepped: tuple = (None, {})
         self._fed: tuple = (None, {})
+        # (tokens consumed when closing began, the completion it follows, max_tokens then)
+        self._closing: tuple[int, tuple[int, ...], int] | None = None
 
     # -- queries (no state change) --------------------------------------------------------------
 
@@ -279,6 +288,13 @@ class Matcher:
         c = self.constraint
         if token in c._eos:
             return c.automaton.accepting(state)
+        closing = self._closing_token()
+        if closing is not None:
+            return (
+                token == closing
+                and self._next(state, token) is not None
+                and (self._texts is None or self._text_allows(token))
+            )
         budget = self._budget()
         if budget is None:
             mask = c._masks.get(state)
@@ -318,6 +334,14 @@ class Matcher:
         if state is _FINISHED:
             return np.zeros(self.constraint.vocab.size, dtype=bool)
         c = self.constraint
+        closing = self._closing_token()
+        if closing is not None:  # the one token of the completion being followed, or EOS
+            mask = np.zeros(c.vocab.size, dtype=bool)
+            if closing == _EOS_NEXT:
+                mask[c._eos_array] = c.automaton.accepting(state)
+            elif self.check(closing):
+                mask[closing] = True
+            return mask
         mask = c.mask_for(state)
         budget = self._budget()
         if budget is None and self._texts is None:
@@ -344,7 +368,7 @@ class Matcher:
         state = self._states[-1]
         if state is _FINISHED:
             return state
-        if self._budget() is not None:
+        if self._closing_token() is not None or self._budget() is not None:
             return None
         if self._texts is not None:
             risky = self.constraint.grammar.check.risky(self._texts[-1])
@@ -381,8 +405,12 @@ class Matcher:
 
         The last tokens (up to three) are dropped from the first one where a single vocabulary
         token could spell the rest of the forced text and continue past its end (token
-        healing), so forcing never rules out the tokenization the model would prefer.
+        healing), so forcing never rules out the tokenization the model would prefer. While
+        the text is closing, the rest of the completion it follows.
         """
+        if self._closing_token() is not None:
+            start, ids, _ = self._closing
+            return list(ids[self.n_tokens - start :])
         data = self.forced_bytes()
         if not data:
             return []
@@ -410,9 +438,9 @@ class Matcher:
                 if c.automaton.accepting(state):
                     self._push(_FINISHED, None if self._texts is None else self._texts[-1])
                     return
-            else:
+            elif (closing := self._closing_token()) is None or token == closing:
                 nxt = self._next(state, token)
-                budget = self._budget()
+                budget = None if closing is not None else self._budget()
                 if nxt is not None and (budget is None or self._fits(budget, token, nxt)):
                     if self._texts is None:
                         self._states.append(nxt)
@@ -446,17 +474,40 @@ class Matcher:
             del self._states[-n:]
             if self._texts is not None:
                 del self._texts[-n:]
+            if self._closing is not None and self.n_tokens < self._closing[0]:
+                self._closing = None
 
     def fork(self) -> Matcher:
         """An independent copy (shares the Constraint and its caches)."""
         texts = None if self._texts is None else list(self._texts)
-        return Matcher(self.constraint, list(self._states), self.max_tokens, texts)
+        twin = Matcher(self.constraint, list(self._states), self.max_tokens, texts)
+        twin._closing = self._closing
+        return twin
+
+    def _closing_token(self) -> int | None:
+        """While the text is closing (see the class docstring), the one token allowed next
+        (`_EOS_NEXT` once the completion is spelled out); None when it is not closing."""
+        if self._closing is not None and (
+            self.max_tokens is None or self.max_tokens > self._closing[2]
+        ):
+            self._closing = None  # the budget was raised again
+        if self._closing is None:
+            if self.max_tokens is None or self._states[-1] is _FINISHED:
+                return None
+            state = self._states[-1]
+            plan = self.constraint.completion(state)
+            if plan is None or self.max_tokens - self.n_tokens >= plan[0]:
+                return None
+            ids = self.constraint.completion_tokens(state)
+            self._closing = (self.n_tokens, ids, self.max_tokens)
+        start, ids, _ = self._closing
+        done = self.n_tokens - start
+        return ids[done] if done < len(ids) else _EOS_NEXT
 
     def _budget(self) -> tuple[int, int | None] | None:
         """``(tokens left after the next one, the token starting a shortest completion)`` when
         the budget filters the next token; None when it does not: no budget, or more than the
-        window away from it. When no completion fits any more, the room is what the shortest
-        completion needs after its first token: only tokens that start one are allowed."""
+        window away from it (or closing, which `_closing_token` handles)."""
         if self.max_tokens is None:
             return None
         plan = self.constraint.completion(self._states[-1])
@@ -466,7 +517,7 @@ class Matcher:
         left = self.max_tokens - self.n_tokens
         if left >= needed + _BUDGET_WINDOW:
             return None
-        return max(left, needed) - 1, first
+        return left - 1, first
 
     def _fits(self, budget: tuple[int, int | None], token: int, nxt: Hashable) -> bool:
         """`token` (leading to state `nxt`) leaves a completion within the budget. The token
@@ -510,6 +561,12 @@ class Matcher:
             return f"token {token} {where}: the sequence already ended with EOS"
         if token in c._eos:
             return f"EOS {where}: the text so far is not complete in the grammar"
+        closing = self._closing_token()
+        if closing is not None:
+            return (
+                f"token {token} {where}: no completion fits in max_tokens={self.max_tokens}, so "
+                f"the text is closing along a shortest completion; its next token is {closing}"
+            )
         nxt = c._step(self._states[-1], token)
         budget = self._budget()
         if nxt is not None and budget is not None and not self._fits(budget, token, nxt):

@@ -240,21 +240,48 @@ def test_budget_filter_matches_check_and_explains(smollm_vocab: Vocabulary):
         m.advance(refused)
 
 
-def test_budget_closes_fastest_when_nothing_fits(smollm_vocab: Vocabulary):
-    """A budget too small for any completion allows only tokens that start a shortest
-    completion: every walk ends complete within the planned completion's length (the text
-    closes as fast as it can)."""
-    constraint = cn.Constraint(cn.Grammar.from_regex(r"[a-z]{50}"), smollm_vocab)
-    needed, _ = constraint.completion(constraint.start().state)
-    assert needed > 3
-    assert 0 < constraint.start(max_tokens=3).mask().sum() < constraint.start().mask().sum()
+@pytest.mark.parametrize(
+    "build, spec, prefix",
+    [
+        (cn.Grammar.from_regex, r"[a-z]{50}", ""),
+        # inside a string of multi-byte characters, where the token budget's plans mix the
+        # model's tokenization with greedy longest match (mid-character states): a walk once
+        # cycled "\xe2\x96" "\x80" forever there
+        (
+            cn.Grammar.from_json_schema,
+            {
+                "type": "object",
+                "properties": {"s": {"type": "string"}, "n": {"type": "integer"}},
+                "required": ["s", "n"],
+            },
+            '{"s":"▀▀▀',
+        ),
+    ],
+)
+def test_budget_closes_fastest_when_nothing_fits(smollm_vocab: Vocabulary, build, spec, prefix):
+    """A budget too small for any completion closes the text: only the next token of one
+    shortest completion is allowed, then EOS, so every walk ends complete within the planned
+    completion's length, whatever it picks."""
+    constraint = cn.Constraint(build(spec), smollm_vocab)
+    start = constraint.start()
+    start.advance_many(smollm_vocab.encode(prefix))
+    needed, _ = constraint.completion(start.state)
+    assert needed > 3 or prefix
     rng = np.random.default_rng(0)
     for _ in range(20):
-        m, steps = constraint.start(max_tokens=3), 0
-        while not m.accepting():
+        m = constraint.start()
+        m.advance_many(smollm_vocab.encode(prefix))
+        m.max_tokens = m.n_tokens + 1
+        assert m.mask().sum() == 1  # the closing path's next token
+        steps = 0
+        while not m.finished():
             m.advance(int(rng.choice(np.flatnonzero(m.mask()))))
             steps += 1
-        assert steps <= needed  # no longer than the completion the budget planned
+        assert steps <= needed + 1  # the completion the budget planned, then EOS
+        m.rollback(steps)  # back where the closing began: still closing
+        assert m.mask().sum() == 1
+        m.max_tokens = None  # a larger budget lifts it
+        assert m.mask().sum() > 1
 
 
 def test_filtered_masks_are_not_shared_through_the_device_cache(smollm_vocab: Vocabulary):
