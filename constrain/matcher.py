@@ -244,7 +244,7 @@ class Matcher:
     `check`, `advance` and `mask` alike.
     """
 
-    __slots__ = ("constraint", "_states", "max_tokens", "_texts", "_fed", "_stepped", "_closing")
+    __slots__ = ("constraint", "_states", "max_tokens", "_texts", "_fed", "_closing")
 
     def __init__(
         self,
@@ -257,9 +257,7 @@ class Matcher:
         self._states = states
         self.max_tokens = max_tokens
         self._texts = texts  # the grammar's text-check states, beside `_states` (None: no check)
-        # (state, {token: its successor}) and the same for the text check's state: what `check`
-        # found in the current state, for `advance` (a few entries, still in the CPU's caches)
-        self._stepped: tuple = (None, {})
+        # (text-check state, {token: its successor}): what `check` found there, for `advance`
         self._fed: tuple = (None, {})
         # (tokens consumed when closing began, the completion it follows, max_tokens then)
         self._closing: tuple[int, tuple[int, ...], int] | None = None
@@ -292,7 +290,7 @@ class Matcher:
         if closing is not None:
             return (
                 token == closing
-                and self._next(state, token) is not None
+                and self.constraint._step(state, token) is not None
                 and (self._texts is None or self._text_allows(token))
             )
         budget = self._budget()
@@ -302,7 +300,7 @@ class Matcher:
                 if not (0 <= token < len(mask) and mask[token]):
                     return False
                 return self._texts is None or self._text_allows(token)
-        nxt = self._next(state, token)
+        nxt = self.constraint._step(state, token)
         if nxt is None or (budget is not None and not self._fits(budget, token, nxt)):
             return False
         return self._texts is None or self._text_allows(token)
@@ -439,7 +437,7 @@ class Matcher:
                     self._push(_FINISHED, None if self._texts is None else self._texts[-1])
                     return
             elif (closing := self._closing_token()) is None or token == closing:
-                nxt = self._next(state, token)
+                nxt = self.constraint._step(state, token)
                 budget = None if closing is not None else self._budget()
                 if nxt is not None and (budget is None or self._fits(budget, token, nxt)):
                     if self._texts is None:
@@ -528,17 +526,6 @@ class Matcher:
             return True
         plan = self.constraint.completion(nxt)
         return plan is not None and plan[0] <= room
-
-    def _next(self, state: Hashable, token: int) -> Hashable | None:
-        """`Constraint._step`, remembered for the tokens asked in the current state."""
-        here, stepped = self._stepped
-        if here is not state:
-            stepped = {}
-            self._stepped = (state, stepped)
-        elif token in stepped:
-            return stepped[token]
-        nxt = stepped[token] = self.constraint._step(state, token)
-        return nxt
 
     def _text_after(self, token: int):
         """The text-check state after `token` (None: it breaks the check); remembered for the
