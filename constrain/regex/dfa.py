@@ -92,9 +92,8 @@ class ByteDFA:
         if found is None:
             if self._representatives is None:
                 self._representatives = np.unique(self.byte_classes(), return_index=True)[1]
-            row = self.transitions[state][self._representatives]
-            live = np.flatnonzero(row)
-            found = self._class_rows[state] = list(zip(live.tolist(), row[live].tolist()))
+            row = self.transitions[state][self._representatives].tolist()
+            found = self._class_rows[state] = [(c, t) for c, t in enumerate(row) if t]
         return found
 
     def longest(self) -> int | None:
