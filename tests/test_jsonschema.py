@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import json
 from typing import Annotated, Literal, Optional  # noqa: F401 (used by eval in a test)
 
@@ -580,3 +581,23 @@ def test_pattern_lookaheads_are_exact():
     for text in ["ab", "a-b", "a--b", "a", "abcdefghi", "ab-", "-ab", "abcdefgh"]:
         valid = jsonschema.Draft202012Validator(schema).is_valid(text)
         assert grammar.matches(json.dumps(text)) == valid, text
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"^$|(^(?:\S+\s+){0,3}\S+$)",  # an anchored alternative inside a group (Github_ultra)
+        r"(?:^a|b$)",
+        r"(a)(b)",
+    ],
+)
+def test_pattern_groups_around_anchored_alternatives(pattern):
+    """A group spanning a whole alternative is unwrapped, so the anchors inside it anchor the
+    alternative: search semantics agree with the validator on every short string."""
+    schema = {"type": "string", "pattern": pattern}
+    grammar = cn.Grammar.from_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for n in range(5):
+        for chars in itertools.product("ab xy", repeat=n):
+            text = "".join(chars)
+            assert grammar.matches(json.dumps(text)) == validator.is_valid(text), repr(text)

@@ -679,6 +679,9 @@ def _search(pattern: Any) -> str:
 
 
 def _top_level_alternatives(pattern: str) -> list[str]:
+    """The alternatives of `pattern`, those of a group spanning a whole alternative included
+    (``^$|(^a+$)`` has the alternatives ``^$`` and ``^a+$``: a group does not change what
+    matches, and its anchors then count as the alternative's)."""
     parts, depth, last = [], 0, 0
     for i, c in syntax_chars(pattern):
         if c == "|" and depth == 0:
@@ -686,7 +689,33 @@ def _top_level_alternatives(pattern: str) -> list[str]:
             last = i + 1
         depth += {"(": 1, ")": -1}.get(c, 0)
     parts.append(pattern[last:])
-    return parts
+    out = []
+    for part in parts:
+        inner = _group_body(part)
+        out.extend([part] if inner is None else _top_level_alternatives(inner))
+    return out
+
+
+def _group_body(alternative: str) -> str | None:
+    """The body of a (capturing, non-capturing or named) group that is the whole of
+    `alternative`, or None."""
+    if not alternative.startswith("(") or alternative.startswith(("(?=", "(?!", "(?<=", "(?<!")):
+        return None
+    depth = 0
+    for i, c in syntax_chars(alternative):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth == 0:
+            if i != len(alternative) - 1:
+                return None
+            break
+    else:
+        return None
+    body = alternative[1:-1]
+    if body.startswith("?:"):
+        return body[2:]
+    if body.startswith(("?<", "?P<")):
+        return body[body.index(">") + 1 :]
+    return None if body.startswith("?") else body
 
 
 def _escape(key: str) -> str:
