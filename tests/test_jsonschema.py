@@ -601,3 +601,26 @@ def test_pattern_groups_around_anchored_alternatives(pattern):
         for chars in itertools.product("ab xy", repeat=n):
             text = "".join(chars)
             assert grammar.matches(json.dumps(text)) == validator.is_valid(text), repr(text)
+
+
+def test_one_of_told_apart_by_a_discriminator_needs_no_check_site():
+    """Open objects that require a key with disjoint values (a discriminator) are disjoint
+    branches: `oneOf` is their union, with nothing validated on the value."""
+    branches = [
+        {"type": "object", "properties": {"kind": {"const": k}, "x": {"type": "integer"}},
+         "required": ["kind"]}
+        for k in ("a", "b", "c")
+    ]  # fmt: skip
+    schema = {"oneOf": branches}
+    grammar = cn.Grammar.from_json_schema(schema, any_order=True)
+    assert grammar.check is None or not grammar.check.validates
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in [
+        {"kind": "a"},
+        {"kind": "b", "x": 1},
+        {"kind": "d"},
+        {"x": 1},
+        {"kind": "c", "y": 2},
+    ]:
+        text = json.dumps(value, separators=(",", ":"))
+        assert grammar.matches(text) == validator.is_valid(value), text
