@@ -360,6 +360,12 @@ class Matcher:
                 mask[refused] = False
         return mask
 
+    def budget_binds(self) -> bool:
+        """The token budget narrows the next token (its filter, or the text is closing)."""
+        if self._states[-1] is _FINISHED:
+            return False
+        return self._closing_token() is not None or self._budget() is not None
+
     def mask_key(self) -> Hashable | None:
         """A key under which `mask()` may be cached across sequences (the automaton state), or
         None while the mask also depends on this sequence (a budget or text check filters it)."""

@@ -259,3 +259,35 @@ def test_dead_end_backtracks_to_another_item():
         booleans, "x", schema=schema, greedy=True, schema_options=options["schema_options"]
     )
     assert out.text == "[true,false]", out.text
+
+
+def test_recurring_dead_ends_jump_back_further():
+    """A dead end that recurs near the last one doubles how far the next backtrack undoes
+    (the way into it may have many spellings); each backtrack forbids the first undone token
+    at its position."""
+    from constrain.models.toy import ToyLM
+    from constrain.processors.bound import BoundStack
+    from constrain.samplers.sequence import Particle
+
+    lm = ToyLM(["a", "b"], lambda context: [0.5, 0.5, 0.0])
+    constraint = cn.Constraint(cn.Grammar.from_regex("[ab]{0,20}"), lm.vocab)
+    particle = Particle(lm.start([0]), constraint.start(), backtracks_left=10)
+    stack = BoundStack.plain(lm, [0])
+
+    def write(n: int) -> None:
+        for _ in range(n):
+            particle.matcher.advance(0)
+            particle.tokens.append(0)
+            lm.append(particle.stream, 0)
+
+    write(10)
+    undone = []
+    for _ in range(4):  # the same dead end, reached again each time
+        before = len(particle.tokens)
+        assert particle.backtrack(lm, stack)
+        undone.append(before - len(particle.tokens))
+        assert particle.banned[len(particle.tokens)] == {0}
+        write(before - len(particle.tokens))
+    assert undone == [1, 2, 4, 8]
+    write(5)  # far past it: a new dead end undoes one token again
+    assert particle.backtrack(lm, stack) and len(particle.tokens) == 14

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from constrain.matcher import Matcher
@@ -51,6 +52,9 @@ class StepStats:
 
 
 _DEADLINE_MARGIN = 0.85  # the share of the time left that a deadline budget plans to use
+_SLACK = 8  # tokens a budget grows by when it and a text check leave no token (`backtrack`)
+_NEARBY = 4  # a dead end this close after the last one counts as the same (`backtrack`)
+_MAX_JUMP = 64  # tokens a backtrack undoes at most
 _STEP_WINDOW = 8  # recent steps whose mean time predicts the next ones
 
 
@@ -83,6 +87,10 @@ class Particle:
     masks: int = 0
     backtracks_left: int = 0
     banned: dict[int, set[int]] = field(default_factory=dict)  # position -> tokens forbidden
+    slack: int = 0  # tokens the budget gave beyond the deadline's plan, to leave dead ends
+    slack_at: int = -1  # the position where the budget last gave way
+    last_dead_end: int | None = None  # position of the last dead end (`backtrack`)
+    jump: int = 1  # tokens the last backtrack undid
 
     @property
     def running(self) -> bool:
@@ -128,7 +136,7 @@ class Particle:
             return
         reserve = min(1.0, 0.05 * timeout)
         planned = max(0.0, _DEADLINE_MARGIN * (timeout - elapsed) - reserve)
-        self.matcher.max_tokens = min(
+        self.matcher.max_tokens = self.slack + min(
             cap, self.matcher.n_tokens + int(planned * len(recent) / sum(recent))
         )
 
@@ -145,16 +153,47 @@ class Particle:
         left or nothing can be undone.
 
         Dead ends come from constraints checked on the text (uniqueItems over items whose
-        language is not finite, duplicate keys): the grammar allows a prefix that the check
-        then closes off, e.g. an array item that can only end as a copy of an earlier one."""
-        if self.backtracks_left <= 0 or not self.tokens:
+        language is not finite, duplicate keys, check sites): the grammar allows a prefix that
+        the check then closes off, e.g. an array item that can only end as a copy of an earlier
+        one. A dead end that recurs near the last one doubles how far the next backtrack jumps
+        (up to 64 tokens): the way into it may have many spellings (``inde|x``, ``ind|ex``, ...)
+        and the choice to undo lies before all of them. When the token budget alone leaves
+        nothing (the text could go on without it), the budget gives way first, once per
+        position: it grows by a few tokens and the draw is retried in place (validity is a hard
+        constraint, the budget is not)."""
+        if self.backtracks_left <= 0:
             return False
-        position, token = len(self.tokens) - 1, self.tokens[-1]
-        self.rollback(1, model, stack)
+        self.backtracks_left -= 1
+        position = len(self.tokens)
+        if self.slack_at != position and self._budget_alone_blocks():
+            self.slack += _SLACK
+            self.slack_at = position
+            self.matcher.max_tokens += _SLACK
+            return True
+        if not self.tokens:
+            return False
+        recurs = self.last_dead_end is not None and position <= self.last_dead_end + _NEARBY
+        self.jump = min(2 * self.jump, _MAX_JUMP) if recurs else 1
+        self.last_dead_end = position
+        n = min(self.jump, len(self.tokens))
+        position, token = len(self.tokens) - n, self.tokens[-n]
+        self.rollback(n, model, stack)
         self.banned = {p: ids for p, ids in self.banned.items() if p <= position}
         self.banned.setdefault(position, set()).add(token)
-        self.backtracks_left -= 1
         return True
+
+    def _budget_alone_blocks(self) -> bool:
+        """The token budget narrows the next token, and without it some token not forbidden
+        here would be allowed (a mask: dead ends are rare)."""
+        matcher = self.matcher
+        if not matcher.budget_binds():
+            return False
+        budget, matcher.max_tokens = matcher.max_tokens, None
+        try:
+            free = np.flatnonzero(matcher.mask())
+        finally:
+            matcher.max_tokens = budget
+        return bool(set(free.tolist()) - self.banned.get(len(self.tokens), set()))
 
 
 def forced_eos(logprobs: torch.Tensor, eos_ids: Sequence[int], generator, greedy: bool) -> Draw:
