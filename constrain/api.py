@@ -315,7 +315,12 @@ class Generator:
 
     def _result(self, particle: Particle, t_call: float, prefill_s: float) -> GenerationResult:
         if particle.finish_reason == "dead":
-            raise ConstrainError(f"generation cannot continue: {particle.reason}")
+            tail = self.model.vocab.decode(particle.tokens)[-80:]
+            raise ConstrainError(
+                f"generation cannot continue after {len(particle.tokens)} tokens (text ends "
+                f"{tail!r}, {self.backtracks - particle.backtracks_left} of {self.backtracks} "
+                f"backtracks used): {particle.reason}"
+            )
         complete = particle.matcher.finished()
         stats = GenerationStats(
             compile_s=self.compile_s,

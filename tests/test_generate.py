@@ -249,7 +249,9 @@ def test_dead_end_backtracks_to_another_item():
         out = cn.generate(model, "x", **options, **extra)
         assert out.text == '[{"a":1},{"a":2}]' and out.finish_reason == "stop", extra
         assert out.value == [{"a": 1}, {"a": 2}]
-    with pytest.raises(cn.ConstrainError, match="cannot continue"):
+    # the error says where the text stopped and that no backtrack was left
+    stuck = r"cannot continue after 4 tokens \(text ends '\[\{\"a\":1\},\{\"a\":1', 0 of 0"
+    with pytest.raises(cn.ConstrainError, match=stuck):
         cn.generate(model, "x", backtracks=0, **options)
     # the model prefers `,` to `]`: `[true,false,` has no third boolean, the comma goes
     row = [0.1, 0.3, 0.2, 0.25, 0.05, 0.1]

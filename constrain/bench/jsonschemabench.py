@@ -291,7 +291,7 @@ def run_schema(model, subset: str, path: Path, args) -> dict:
     except _Timeout:
         record["error"] = f"compile timeout ({args.compile_timeout} s)"
     except Exception as exc:  # unsupported keyword, empty language, ...
-        record["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        record["error"] = f"{type(exc).__name__}: {exc}"[:500]
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
     record["gct_s"] = time.perf_counter() - t0
@@ -301,7 +301,7 @@ def run_schema(model, subset: str, path: Path, args) -> dict:
     try:
         out = generator(messages(subset, schema_text))
     except cn.ConstrainError as exc:
-        record["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        record["error"] = f"{type(exc).__name__}: {exc}"[:500]
         return record
     s = out.stats
     decode_s = sum(s.token_s)
