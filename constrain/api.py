@@ -279,6 +279,7 @@ class Generator:
                     self.constraint.start(self.max_tokens if self.fit_max_tokens else None),
                     stack.start_terms(),
                     backtracks_left=self.backtracks,
+                    max_tokens=self.max_tokens,
                 )
             )
         options = dict(

@@ -293,3 +293,33 @@ def test_recurring_dead_ends_jump_back_further():
     assert undone == [1, 2, 4, 8]
     write(5)  # far past it: a new dead end undoes one token again
     assert particle.backtrack(lm, stack) and len(particle.tokens) == 14
+
+
+def test_budget_gives_way_only_up_to_max_tokens():
+    """At a dead end where the budget alone blocks, the budget grows (a floor the deadline
+    plan keeps) but never past the hard max_tokens; there the dead end undoes a token."""
+    from constrain.models.toy import ToyLM
+    from constrain.processors.bound import BoundStack
+    from constrain.samplers.sequence import Particle
+
+    lm = ToyLM(["a", "b"], lambda context: [0.5, 0.5, 0.0])
+    constraint = cn.Constraint(cn.Grammar.from_regex("a{0,10}b"), lm.vocab)
+    particle = Particle(
+        lm.start([0]), constraint.start(max_tokens=3), backtracks_left=5, max_tokens=4
+    )
+    stack = BoundStack.plain(lm, [0])
+    for _ in range(2):
+        particle.matcher.advance(0)
+        particle.tokens.append(0)
+        lm.append(particle.stream, 0)
+    assert particle.backtrack(lm, stack)  # grows by at most 8 tokens, here up to the limit
+    assert len(particle.tokens) == 2 and particle.matcher.max_tokens == 4
+    particle.step_s = [0.1] * 8
+    particle.fit_deadline(elapsed=59.9, timeout=60.0, cap=4)  # no time left: the floor holds
+    assert particle.matcher.max_tokens == 4
+    particle.matcher.advance(0)
+    particle.tokens.append(0)
+    lm.append(particle.stream, 0)
+    assert particle.backtrack(lm, stack)  # at the limit: undo instead
+    assert len(particle.tokens) == 2 and particle.banned[2] == {0}
+    assert particle.matcher.max_tokens == 4

@@ -87,7 +87,8 @@ class Particle:
     masks: int = 0
     backtracks_left: int = 0
     banned: dict[int, set[int]] = field(default_factory=dict)  # position -> tokens forbidden
-    slack: int = 0  # tokens the budget gave beyond the deadline's plan, to leave dead ends
+    max_tokens: int | None = None  # the hard token limit: a budget never grows past it
+    budget_floor: int = 0  # the budget keeps at least this (raised to leave a dead end)
     slack_at: int = -1  # the position where the budget last gave way
     last_dead_end: int | None = None  # position of the last dead end (`backtrack`)
     jump: int = 1  # tokens the last backtrack undid
@@ -136,9 +137,8 @@ class Particle:
             return
         reserve = min(1.0, 0.05 * timeout)
         planned = max(0.0, _DEADLINE_MARGIN * (timeout - elapsed) - reserve)
-        self.matcher.max_tokens = self.slack + min(
-            cap, self.matcher.n_tokens + int(planned * len(recent) / sum(recent))
-        )
+        fits = min(cap, self.matcher.n_tokens + int(planned * len(recent) / sum(recent)))
+        self.matcher.max_tokens = max(self.budget_floor, fits)
 
     def without_banned(self, row: torch.Tensor, position: int) -> torch.Tensor:
         """`row` with the tokens banned at `position` (by `backtrack`) at -inf."""
@@ -159,16 +159,23 @@ class Particle:
         (up to 64 tokens): the way into it may have many spellings (``inde|x``, ``ind|ex``, ...)
         and the choice to undo lies before all of them. When the token budget alone leaves
         nothing (the text could go on without it), the budget gives way first, once per
-        position: it grows by a few tokens and the draw is retried in place (validity is a hard
-        constraint, the budget is not)."""
+        position and never past `max_tokens`: it grows by a few tokens and the draw is retried
+        in place (validity is a hard constraint, a deadline's budget is not). The growth is a
+        floor, not a surplus carried on, so later steps still close the text in time."""
         if self.backtracks_left <= 0:
             return False
         self.backtracks_left -= 1
         position = len(self.tokens)
-        if self.slack_at != position and self._budget_alone_blocks():
-            self.slack += _SLACK
+        budget = self.matcher.max_tokens
+        limit = math.inf if self.max_tokens is None else self.max_tokens
+        if (
+            self.slack_at != position
+            and budget is not None
+            and budget < limit
+            and self._budget_alone_blocks()
+        ):
+            self.budget_floor = self.matcher.max_tokens = min(budget + _SLACK, limit)
             self.slack_at = position
-            self.matcher.max_tokens += _SLACK
             return True
         if not self.tokens:
             return False
