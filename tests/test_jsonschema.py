@@ -624,3 +624,26 @@ def test_one_of_told_apart_by_a_discriminator_needs_no_check_site():
     ]:
         text = json.dumps(value, separators=(",", ":"))
         assert grammar.matches(text) == validator.is_valid(value), text
+
+
+@pytest.mark.parametrize(
+    "text, duplicate",
+    [
+        (rb'{"a\"b":1,"a\"b":2}', True),  # an escaped quote inside a repeated key
+        (rb'{"a\\":1,"a\\\"":2}', False),  # `a\` and `a\"` differ
+        (rb'{"x\\\\":1,"x\\\\":[]}', True),  # escaped backslashes before the closing quote
+        (rb'{"k":"v\"}","k\"":0}', False),  # a value's escaped quote ends nothing
+    ],
+)
+def test_text_check_reads_escapes_across_every_token_split(text, duplicate):
+    """The scanner finds a key's closing quote wherever the tokens split its escapes: every
+    split of the text into three pieces gives the verdict of the whole text."""
+    from constrain.jsonschema.checks import JsonChecks
+
+    check = JsonChecks(None)
+    for i in range(1, len(text)):
+        for j in range(i, len(text)):
+            state = check.start
+            for piece in (text[:i], text[i:j], text[j:]):
+                state = check.feed(state, piece) if state is not None else None
+            assert (state is None) == duplicate, (text[:i], text[i:j], text[j:])

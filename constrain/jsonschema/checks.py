@@ -172,18 +172,14 @@ class JsonChecks:
 
     def _string_run(self, state: _State, data: bytes, i: int) -> tuple[int, _State | None]:
         """Consume string bytes up to and including the closing quote (if in `data`)."""
-        j = i
-        escaped = state.escaped
         n = len(data)
-        while j < n:
-            b = data[j]
-            if escaped:
-                escaped = False
-            elif b == 0x5C:  # backslash
-                escaped = True
-            elif b == 0x22:  # closing quote
-                break
-            j += 1
+        start = i + 1 if state.escaped else i  # the byte after a backslash is never a quote
+        j = _closing_quote(data, start)
+        escaped = False
+        if j < 0:  # still inside the string, maybe inside an escape
+            j = n
+            rest = data[start:]
+            escaped = (len(rest) - len(rest.rstrip(b"\\"))) % 2 == 1
         mode = state.mode
         key = mode == _KEYSTR  # only a key's text is kept (a value's is in the captures)
         text = state.text + data[i:j] if key else b""
@@ -316,6 +312,18 @@ class JsonChecks:
         frames = state.frames[:-1]
         state = state.but(mode=_AFTER, frames=frames)
         return self._value_done(state)
+
+
+def _closing_quote(data: bytes, i: int) -> int:
+    """Index of the first unescaped quote of `data` from `i` (outside an escape there), or -1."""
+    while True:
+        quote = data.find(b'"', i)
+        if quote < 0:
+            return -1
+        slash = data.find(b"\\", i, quote)
+        if slash < 0:
+            return quote
+        i = slash + 2  # skip the escaped byte
 
 
 def _grow(captures: tuple, data: bytes) -> tuple:
