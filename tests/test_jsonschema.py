@@ -647,3 +647,26 @@ def test_text_check_reads_escapes_across_every_token_split(text, duplicate):
             for piece in (text[:i], text[i:j], text[j:]):
                 state = check.feed(state, piece) if state is not None else None
             assert (state is None) == duplicate, (text[:i], text[i:j], text[j:])
+
+
+def test_a_few_keys_of_a_region_become_named_properties(smollm_vocab):
+    """Keys limited to a small enum (propertyNames) are written at most once by the grammar
+    itself, in sorted order (any order with any_order=True): after the last one, no comma
+    leads into a key that could only repeat (a dead end the text check finds too late)."""
+    schema = {
+        "type": "object",
+        "propertyNames": {"enum": ["b", "a", "c"]},
+        "patternProperties": {".*": {"type": "number"}},
+        "additionalProperties": False,
+    }
+    ordered = cn.Constraint(cn.Grammar.from_json_schema(schema), smollm_vocab)
+    assert _accepts(ordered, '{"a":1,"b":2,"c":3}') and _accepts(ordered, "{}")
+    assert not _accepts(ordered, '{"b":1,"a":2}') and not _accepts(ordered, '{"d":1}')
+    m = ordered.start()
+    m.advance_many(smollm_vocab.encode('{"a":1,"b":2,"c":3'))
+    assert not any(m.check(t) for t in smollm_vocab.encode(","))
+    anywhere = cn.Constraint(cn.Grammar.from_json_schema(schema, any_order=True), smollm_vocab)
+    assert _accepts(anywhere, '{"c":1,"a":2}') and not _accepts(anywhere, '{"a":1,"a":2}')
+    m = anywhere.start()
+    m.advance_many(smollm_vocab.encode('{"c":1,"b":2,"a":3'))
+    assert not m.check(smollm_vocab.encode(",")[0])

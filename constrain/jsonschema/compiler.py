@@ -54,6 +54,7 @@ WHITESPACE = {"compact": None, "default": r"[ \n]{1,40}"}
 _ABSENT = Prop(NOTHING)
 _CHUNK = 32  # characters per chunk lexeme of a long string
 _MAX_ANY_ORDER = 10  # named properties per object with any_order=True (2**n member subsets)
+_FEW_KEYS = 16  # a region of at most this many keys is compiled as named properties
 _MAX_SITES = 64  # schema objects validated on the value (check sites) per schema
 
 
@@ -247,19 +248,37 @@ class _Emitter:
             self.add(name, self.punctuation("[]", depth))
         return name
 
+    def _few_keys_named(self, o: ObjectShape) -> tuple[dict, list]:
+        """The object's named properties and regions, where a region of a few keys (an enum
+        of `propertyNames`, say) becomes named optional properties: named keys are written
+        at most once by the grammar itself, while a region's repeats are only refused by the
+        text check, too late to avoid the dead end after the last new key's comma."""
+        named, regions, n_named = dict(o.named), [], len(o.named)
+        for region in o.regions:
+            room = _FEW_KEYS if not self.any_order else _MAX_ANY_ORDER - n_named
+            texts = shapes.dfa_strings(region.keys.dfa, room) if room > 0 else None
+            if texts is None:
+                regions.append(region)
+                continue
+            for text in sorted(texts):
+                named[json.loads(text)] = Prop(region.value, region.evaluated)
+            n_named += len(texts)
+        return named, regions
+
     def object(self, o: ObjectShape, depth: int) -> str:
         """Objects as a machine over (members written, property count, nothing written yet)."""
         name = self.fresh("obj")
         if any(o.named.get(k, _ABSENT).value is NOTHING for k in o.required):
             self.add(name, (self.nothing(),))  # a required key that may not appear
             return name
-        members = [(k, p.value) for k, p in o.named.items() if p.value is not NOTHING]
+        named, regions = self._few_keys_named(o)
+        members = [(k, p.value) for k, p in named.items() if p.value is not NOTHING]
         colon, comma = self.punctuation(":", depth), self.punctuation(",", depth)
         pairs = [(self.key_lexeme(k), *colon, self.value(v, depth + 1)) for k, v in members]
         extra = None
-        if o.regions:
+        if regions:
             extra = f"{name}_extra"
-            for region in o.regions:
+            for region in regions:
                 key = self.dfa_lexeme("key", region.keys.dfa)
                 self.add(extra, (key, *colon, self.value(region.value, depth + 1)))
         counting = o.min_props > 0 or o.max_props is not None

@@ -49,7 +49,9 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "required": ("exact", ""),
     "additionalProperties": ("exact", "extra keys exclude declared names and patterns exactly"),
     "patternProperties": ("exact", "overlapping patterns split into disjoint key regions"),
-    "propertyNames": ("exact", "intersected with every key region"),
+    "propertyNames": ("exact", "intersected with every key region; a region of at most 16 "
+                                "keys (an enum) is written as named optional properties, in "
+                                "sorted order (any order with `any_order`)"),
     "minProperties / maxProperties": ("exact", "counted in the grammar"),
     "dependentRequired / dependentSchemas / dependencies": ("exact", "per trigger key: objects "
                                                              "without it, or with its demands"),

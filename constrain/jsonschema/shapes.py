@@ -327,27 +327,33 @@ def _key_texts(names: frozenset[str]) -> frozenset[bytes]:
 
 def _finite_within(dfa: ByteDFA, names: frozenset[str]) -> bool:
     """Whether every string of `dfa` is the text of one of `names` (so the language is
-    finite and small): a depth-first enumeration that stops at the first string outside, at
-    a cycle, or after more strings than there are names."""
+    finite and small)."""
     texts = _key_texts(names)
+    strings = dfa_strings(dfa, len(texts))
+    return strings is not None and set(strings) <= texts
+
+
+def dfa_strings(dfa: ByteDFA, limit: int) -> list[bytes] | None:
+    """The strings of `dfa` when there are at most `limit` of them, else None: a depth-first
+    enumeration that stops at a cycle, at the string past the limit or at too many prefixes."""
     table, accepting = dfa.transitions, dfa.accepting
-    count = 0
+    found: list[bytes] = []
     stack = [(dfa.start, b"", frozenset([dfa.start]))]
     while stack:
         state, text, path = stack.pop()
         if accepting[state]:
-            count += 1
-            if text not in texts or count > len(texts):
-                return False
+            found.append(text)
+            if len(found) > limit:
+                return None
         row = table[state]
         for byte in np.flatnonzero(row).tolist():
             nxt = int(row[byte])
             if nxt in path:
-                return False  # a cycle: infinitely many strings
+                return None  # a cycle: infinitely many strings
             stack.append((nxt, text + bytes([byte]), path | {nxt}))
-        if len(stack) > 64 * (len(texts) + 1):
-            return False  # too many prefixes for a small finite set
-    return True
+        if len(stack) > 64 * (limit + 1):
+            return None  # too many prefixes for a small finite set
+    return found
 
 
 @lru_cache(maxsize=1024)
