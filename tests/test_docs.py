@@ -8,6 +8,7 @@ signature can opt out with a first line ``# not run``.
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,9 @@ _BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 
 def _blocks(page: Path) -> list[str]:
-    return [b for b in _BLOCK.findall(page.read_text()) if not b.startswith("# not run")]
+    """The page's Python blocks, dedented (a block inside a list item is indented)."""
+    blocks = [textwrap.dedent(b) for b in _BLOCK.findall(page.read_text())]
+    return [b for b in blocks if not b.startswith("# not run")]
 
 
 @pytest.mark.slow
@@ -31,6 +34,8 @@ def test_examples_run(page, smollm, monkeypatch, tmp_path):
     namespace: dict = {}
     for i, block in enumerate(_blocks(page)):
         try:
-            exec(compile(block, f"{page.name}[block {i}]", "exec"), namespace)
+            # dont_inherit: this file's `from __future__ import annotations` must not turn the
+            # examples' annotations into strings (a dataclass defined there would not resolve)
+            exec(compile(block, f"{page.name}[block {i}]", "exec", dont_inherit=True), namespace)
         except Exception as exc:
             raise AssertionError(f"{page.name}, block {i} fails:\n{block}") from exc
