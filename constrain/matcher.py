@@ -233,11 +233,12 @@ class Matcher:
     shortest completion's tokens are left) a token is allowed only if a shortest completion
     after it still fits in the tokens left, so a generation cut by the budget ends with a
     complete text. When no completion fits any more (a deadline lowered the budget, or the
-    text nested deeper than it left room for), the text is *closed*: the tokens of one shortest completion, fixed at that point, are the only ones
-    allowed, then EOS (so closing always ends, in as few tokens as the automaton knows; a
-    rollback before that point, or a larger budget, lifts it). The filter is off when a token lengthens the
-    shortest completion by more than 64 tokens at once, and in a state whose completion the
-    automaton cannot find.
+    text nested deeper than it left room for), the text is *closed*: the tokens of one
+    shortest completion, fixed at that point, are the only ones allowed, then EOS (so closing
+    always ends, in as few tokens as the automaton knows; a rollback before that point, or a
+    larger budget, lifts it). The filter is off when a token lengthens the shortest
+    completion by more than 64 tokens at once, and in a state whose completion the automaton
+    cannot find.
 
     A grammar with a text check (`Grammar.check`: no duplicate JSON keys, unique items) keeps
     the check's state beside each automaton state; a token the check refuses is refused by

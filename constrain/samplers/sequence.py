@@ -192,15 +192,12 @@ class Particle:
     def _budget_alone_blocks(self) -> bool:
         """The token budget narrows the next token, and without it some token not forbidden
         here would be allowed (a mask: dead ends are rare)."""
-        matcher = self.matcher
-        if not matcher.budget_binds():
+        if not self.matcher.budget_binds():
             return False
-        budget, matcher.max_tokens = matcher.max_tokens, None
-        try:
-            free = np.flatnonzero(matcher.mask())
-        finally:
-            matcher.max_tokens = budget
-        return bool(set(free.tolist()) - self.banned.get(len(self.tokens), set()))
+        unbudgeted = self.matcher.fork()  # asking must not lift this matcher's closing path
+        unbudgeted.max_tokens = None
+        free = np.flatnonzero(unbudgeted.mask()).tolist()
+        return bool(set(free) - self.banned.get(len(self.tokens), set()))
 
 
 def forced_eos(logprobs: torch.Tensor, eos_ids: Sequence[int], generator, greedy: bool) -> Draw:
