@@ -182,6 +182,8 @@ class JsonChecks:
             escaped = (len(rest) - len(rest.rstrip(b"\\"))) % 2 == 1
         mode = state.mode
         key = mode == _KEYSTR  # only a key's text is kept (a value's is in the captures)
+        if j == n and not key and not state.captures and escaped == state.escaped:
+            return j, state  # nothing to remember: the same state (and its cached `risky`)
         text = state.text + data[i:j] if key else b""
         if j == n:  # still inside the string
             captures = _grow(state.captures, data[i:j])
