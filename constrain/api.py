@@ -15,6 +15,7 @@ import json
 import os
 import random
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -206,6 +207,8 @@ class Generator:
         # free text is complete after any token: no budget to fit
         constrained = any(x is not None for x in (regex, choices, grammar, schema, type))
         self.fit_max_tokens = fit_max_tokens and constrained
+        if self.constraint is not None:
+            _warn_if_nothing_fits(self.constraint, max_tokens)
         self.temperature = temperature
         self.stack = ProcessorStack(processors, temperature)
         self.greedy = greedy
@@ -476,6 +479,21 @@ def _validator(schema, type_, draft: str | None = None):
 
 
 # -- one-call forms ---------------------------------------------------------------------------------
+
+
+def _warn_if_nothing_fits(constraint, max_tokens: int) -> None:
+    """Say up front when the shortest text the automaton finds for `constraint` is longer
+    than `max_tokens`: generations would end with finish reason "length" after spending the
+    whole budget. (A warning, not an error: that text is the shortest in bytes, and another
+    spelling could need fewer tokens.)"""
+    plan = constraint.completion(constraint.automaton.start)
+    if plan is not None and plan[0] > max_tokens:
+        warnings.warn(
+            f"the shortest text this constraint allows that the engine finds is {plan[0]} "
+            f"tokens, more than max_tokens={max_tokens}: generations will likely end with "
+            f"finish_reason 'length'; raise max_tokens",
+            stacklevel=3,
+        )
 
 
 def generate(

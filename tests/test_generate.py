@@ -67,7 +67,9 @@ def test_same_seed_same_output(tiny_model):
 
 
 def test_length_cut_is_marked_incomplete(tiny_model):
-    out = cn.generate(tiny_model, "x", regex=r"[a-z]{50}", max_tokens=3, seed=0, chat=False)
+    """A budget no text fits is announced up front, and the cut text is a valid prefix."""
+    with pytest.warns(UserWarning, match=r"shortest text .* is \d+ tokens, more than max_tokens=3"):
+        out = cn.generate(tiny_model, "x", regex=r"[a-z]{50}", max_tokens=3, seed=0, chat=False)
     assert out.finish_reason == "length" and not out.complete
     assert len(out.tokens) == 3
     assert re.fullmatch(r"[a-z]{1,50}", out.text)  # a valid prefix, never invalid text

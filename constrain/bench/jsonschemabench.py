@@ -13,7 +13,10 @@ compiler here (``draft="2020-12"``): a draft-04 ``$ref`` then keeps its siblings
 Metrics per subset: declared coverage (the schema compiles within the timeout), empirical
 coverage (valid outputs over all schemas), compliance (valid over compiled), medians of GCT
 (compile), TTFT (compile + prefill + first token), TPOT, output tokens, finish reasons, and the
-constraint's share of the decoding time.
+constraint's share of the decoding time. Each record keeps the length in tokens of the shortest
+text the engine finds for the schema, and the finish reasons say how many ``length`` finishes
+had no such text within the budget (a schema whose every valid document is longer than 2048
+tokens cannot be completed by any engine).
 
 Two deviations, both reported: the few-shot examples are our own (the official ones are not
 in the shared data), and a schema longer than `--max-schema-tokens` is cut in the *prompt*
@@ -297,6 +300,9 @@ def run_schema(model, subset: str, path: Path, args) -> dict:
     record["gct_s"] = time.perf_counter() - t0
     if not record["compiled"]:
         return record
+    # a "length" finish is the engine's failure unless no text fits the budget at all
+    shortest = generator.constraint.completion(generator.constraint.automaton.start)
+    record["shortest_tokens"] = None if shortest is None else shortest[0]
     schema_text, record["prompt_cut"] = _schema_in_prompt(model, schema, args.max_schema_tokens)
     try:
         out = generator(messages(subset, schema_text))
@@ -367,6 +373,11 @@ def summarise(records: list[dict]) -> list[dict]:
                 "output_tokens": _median([r["output_tokens"] for r in ran]),
                 "finish": dict(Counter(r["finish_reason"] for r in ran)),
                 "length_share": sum(r["finish_reason"] != "stop" for r in ran) / max(len(ran), 1),
+                "length_past_budget": sum(
+                    r["finish_reason"] == "length"
+                    and (r.get("shortest_tokens") or 0) > r["output_tokens"]
+                    for r in ran
+                ),
                 "constraint_share": sum(r["constraint_s"] for r in ran) / decode if decode else 0,
                 "prompt_cut": sum(bool(r.get("prompt_cut")) for r in rs),
             }
@@ -388,6 +399,8 @@ def table(rows: list[dict], title: str) -> str:
     ]
     for r in rows:
         finish = ", ".join(f"{k} {v}" for k, v in sorted(r["finish"].items()))
+        if r.get("length_past_budget"):
+            finish += f" ({r['length_past_budget']} with no text found within the budget)"
         name = f"**{r['subset']}**" if r["subset"] == "total" else r["subset"]
         lines.append(
             f"| {name} | {r['schemas']} | {100 * r['declared_coverage']:.1f}% | "
