@@ -69,6 +69,7 @@ class Constraint:
         self._special_texts = {i: text for text, i in self._special_ids.items()}
         self._steps: dict[tuple[Hashable, int], Hashable | None] = {}
         self._completions: dict[Hashable, tuple[int, ...] | None] = {}
+        self._passed_on: set[Hashable] = set()  # states whose completion `after` knows
         self._owed_after: OrderedDict[Hashable, np.ndarray] = OrderedDict()
 
     def start(self, max_tokens: int | None = None) -> Matcher:
@@ -93,19 +94,34 @@ class Constraint:
         return len(ids), ids[0] if ids else None
 
     def completion_tokens(self, state: Hashable) -> tuple[int, ...] | None:
-        """The tokens of a shortest completion of `state` (see `completion`)."""
+        """The tokens of a shortest completion of `state` (see `completion`).
+
+        Following a completion never lengthens it: the rest of it is passed on to the state
+        after its first token whenever that state knows no shorter one. (The shortest text in
+        bytes need not tokenize into the fewest tokens, and a tokenization that starts inside
+        a character can fall out of step with the one before it.) A budget relies on this: the
+        first token of a completion that fits always leaves one that fits."""
         try:
-            return self._completions[state]
+            ids = self._completions[state]
         except KeyError:
-            pass
-        text = self.automaton.completion(state)
-        ids = None
-        if text is not None:
-            tokens = _tokenize(self.vocab, text) if text else []
-            if b"".join(self.vocab.token_bytes(t) for t in tokens) == text:
-                ids = tuple(tokens)
-        self._completions[state] = ids
+            ids = self._completions[state] = self._tokenized_completion(state)
+        if ids and state not in self._passed_on:
+            self._passed_on.add(state)
+            after = self._step(state, ids[0])
+            known = self._completions.get(after)
+            if after is not None and (known is None or len(known) > len(ids) - 1):
+                self._completions[after] = ids[1:]
+                self._passed_on.discard(after)
         return ids
+
+    def _tokenized_completion(self, state: Hashable) -> tuple[int, ...] | None:
+        text = self.automaton.completion(state)
+        if text is None:
+            return None
+        tokens = _tokenize(self.vocab, text) if text else []
+        if b"".join(self.vocab.token_bytes(t) for t in tokens) != text:
+            return None
+        return tuple(tokens)
 
     def owed_after(self, state: Hashable) -> np.ndarray:
         """Per token allowed at `state`: the tokens of a shortest completion after it (int32,

@@ -61,9 +61,11 @@ def test_function_definition_errors(tiny_model):
 
 
 def test_function_cut_by_max_tokens_raises(tiny_model):
-    @cn.function(tiny_model, max_tokens=3)
-    def long(x: str) -> Pet:  # '{"name": ' alone takes more than 3 tokens
-        """{x}"""
+    with pytest.warns(UserWarning, match="more than max_tokens=3"):  # said at decoration
+
+        @cn.function(tiny_model, max_tokens=3)
+        def long(x: str) -> Pet:  # '{"name": ' alone takes more than 3 tokens
+            """{x}"""
 
     with pytest.raises(cn.GenerationCutError, match="max_tokens=3"):
         long("anything")

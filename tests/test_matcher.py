@@ -226,6 +226,35 @@ def test_budget_closes_the_text_in_time(smollm_vocab: Vocabulary, build, spec, b
         assert m.accepting() or m.finished(), smollm_vocab.decode_bytes(walk)
 
 
+def test_following_a_completion_never_lengthens_it(smollm_vocab: Vocabulary):
+    """The first token of a state's shortest completion leads to a state whose completion is
+    at least one token shorter, so a budget that fits one always leaves a way to finish. The
+    shortest text in bytes, tokenized greedily, need not do that by itself: inside a string,
+    mid-character, the tokenizations of two nearby texts fall out of step by many tokens
+    over a long required structure (JSONSchemaBench o10335 ended "length" that way)."""
+    event = {
+        "type": "object",
+        "properties": {"seq": {"type": "integer"}, "type": {"type": "string"}},
+        "required": ["seq", "type"],
+    }
+    properties = {"note": {"type": "string"}, **{f"Event{i}": event for i in range(20)}}
+    schema = {"type": "object", "properties": properties, "required": list(properties)}
+    constraint = cn.Constraint(cn.Grammar.from_json_schema(schema), smollm_vocab)
+    eos = set(smollm_vocab.eos_ids)
+    rng = np.random.default_rng(0)
+    checked = 0
+    for _ in range(20):
+        m, walk = constraint.start(), []
+        for _ in range(40):
+            needed, first = constraint.completion(m.state)
+            after, _ = constraint.completion(constraint._step(m.state, first))
+            assert after <= needed - 1, smollm_vocab.decode_bytes(walk)
+            checked += 1
+            walk.append(int(rng.choice([t for t in np.flatnonzero(m.mask()) if t not in eos])))
+            m.advance(walk[-1])
+    assert checked == 800
+
+
 def test_budget_filter_matches_check_and_explains(smollm_vocab: Vocabulary):
     """mask() and check() agree under a budget; advance() names the budget when it refuses."""
     constraint = cn.Constraint(cn.Grammar.from_regex(r"[a-z]{0,40}\."), smollm_vocab)
