@@ -12,7 +12,7 @@ fits a short prompt), and the prompt "Generate a JSON object valid under this sc
   `mask` / `advance`), the whole token sampler's time, `check` calls, masks; tokens per second.
 * Constraint time is reported twice. *Live*: timed inside the generation, where every step
   follows a model forward that streams the weights (270 MB) through the CPU caches, so the
-  constraint's first accesses after it miss the cache (about 3x slower than alone on this
+  constraint's first accesses after it miss the cache (3-5x slower than alone on this
   machine; a forward on a GPU does not evict them). *Alone*: the same constraint calls
   replayed in order on another fresh compile with no forward between them: the engine's
   own cost.
