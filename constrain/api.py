@@ -207,8 +207,7 @@ class Generator:
         # free text is complete after any token: no budget to fit
         constrained = any(x is not None for x in (regex, choices, grammar, schema, type))
         self.fit_max_tokens = fit_max_tokens and constrained
-        if self.constraint is not None:
-            _warn_if_nothing_fits(self.constraint, max_tokens)
+        self._budget_checked = not self.fit_max_tokens
         self.temperature = temperature
         self.stack = ProcessorStack(processors, temperature)
         self.greedy = greedy
@@ -232,6 +231,7 @@ class Generator:
         """One generation per prompt; with a token sampler, all advance in one batched
         forward per step."""
         t_call = time.perf_counter()
+        self._warn_if_nothing_fits()
         seed = seed if seed is not None else random.getrandbits(63)
         if isinstance(self.sampler, SMC):
             return [self._smc(p, seed + i, t_call) for i, p in enumerate(prompts)]
@@ -250,9 +250,28 @@ class Generator:
         `.result` holds the `GenerationResult` once it is exhausted."""
         if isinstance(self.sampler, (SMC, ASAp)):
             raise ValueError("streaming needs a token sampler ('awrs', 'lcd'), not SMC or ASAp")
+        self._warn_if_nothing_fits()
         return TextStream(self, prompt, seed if seed is not None else random.getrandbits(63))
 
     # -- internals ---------------------------------------------------------------------------------
+
+    def _warn_if_nothing_fits(self) -> None:
+        """Say before the first generation when the shortest text the automaton finds is
+        longer than `max_tokens`: every generation would end with finish reason "length"
+        after spending the whole budget. (A warning, not an error: that text is the shortest
+        in bytes, and another spelling could need fewer tokens.) The budget searches that
+        completion at the first step anyway."""
+        if self._budget_checked:
+            return
+        self._budget_checked = True
+        plan = self.constraint.completion(self.constraint.automaton.start)
+        if plan is not None and plan[0] > self.max_tokens:
+            warnings.warn(
+                f"the shortest text this constraint allows that the engine finds is {plan[0]} "
+                f"tokens, more than max_tokens={self.max_tokens}: generations will likely end "
+                f"with finish_reason 'length'; raise max_tokens",
+                stacklevel=4,
+            )
 
     def _prompt_ids(self, prompt) -> list[int]:
         return self.model.encode_prompt(prompt, chat=self.chat, system=self.system)
@@ -479,21 +498,6 @@ def _validator(schema, type_, draft: str | None = None):
 
 
 # -- one-call forms ---------------------------------------------------------------------------------
-
-
-def _warn_if_nothing_fits(constraint, max_tokens: int) -> None:
-    """Say up front when the shortest text the automaton finds for `constraint` is longer
-    than `max_tokens`: generations would end with finish reason "length" after spending the
-    whole budget. (A warning, not an error: that text is the shortest in bytes, and another
-    spelling could need fewer tokens.)"""
-    plan = constraint.completion(constraint.automaton.start)
-    if plan is not None and plan[0] > max_tokens:
-        warnings.warn(
-            f"the shortest text this constraint allows that the engine finds is {plan[0]} "
-            f"tokens, more than max_tokens={max_tokens}: generations will likely end with "
-            f"finish_reason 'length'; raise max_tokens",
-            stacklevel=3,
-        )
 
 
 def generate(
