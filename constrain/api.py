@@ -264,10 +264,10 @@ class Generator:
         if self._budget_checked:
             return
         self._budget_checked = True
-        plan = self.constraint.completion(self.constraint.automaton.start)
-        if plan is not None and plan[0] > self.max_tokens:
+        shortest = self.constraint.shortest_tokens()
+        if shortest is not None and shortest > self.max_tokens:
             warnings.warn(
-                f"the shortest text this constraint allows that the engine finds is {plan[0]} "
+                f"the shortest text this constraint allows that the engine finds is {shortest} "
                 f"tokens, more than max_tokens={self.max_tokens}: generations will likely end "
                 f"with finish_reason 'length'; raise max_tokens",
                 stacklevel=4,

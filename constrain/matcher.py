@@ -93,6 +93,12 @@ class Constraint:
             return None
         return len(ids), ids[0] if ids else None
 
+    def shortest_tokens(self) -> int | None:
+        """Tokens of the shortest whole text the automaton finds (None: none found). Another
+        spelling could need fewer tokens: this is what a budget plans with, not a bound."""
+        plan = self.completion(self.automaton.start)
+        return None if plan is None else plan[0]
+
     def completion_tokens(self, state: Hashable) -> tuple[int, ...] | None:
         """The tokens of a shortest completion of `state` (see `completion`).
 
