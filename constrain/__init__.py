@@ -3,118 +3,81 @@
 import constrain as cn
 model = cn.load_model()                       # bundled SmolLM2-135M-Instruct
 out = cn.generate(model, "Today's date?", regex=r"\\d{4}-\\d{2}-\\d{2}")
+
+Names are imported on first use, so ``import constrain.engine`` (the token-level automata)
+loads neither torch nor the decoding layers.
 """
 
-from constrain import grammars, hf
-from constrain.api import (
-    GenerationResult,
-    GenerationStats,
-    Generator,
-    TextStream,
-    generate,
-    smc,
-    stream,
-)
-from constrain.errors import (
-    ConstrainError,
-    GrammarError,
-    InvalidTokenError,
-    ModelLoadError,
-    RegexError,
-    UnsupportedSchemaError,
-    VocabularyError,
-)
-from constrain.function import GenerationCutError, function
-from constrain.grammar import Grammar
-from constrain.matcher import Constraint, Matcher
-from constrain.processors import (
-    CFG,
-    USCD,
-    AdaCAD,
-    Classifier,
-    Contrastive,
-    CyclicReflex,
-    HFProcessor,
-    Intersection,
-    M,
-    MinP,
-    Processor,
-    RepetitionPenalty,
-    Temperature,
-    TopH,
-    TopK,
-    TopP,
-    Typical,
-    Union,
-)
-from constrain.samplers import AWRS, LCD
-from constrain.samplers.asap import ASAp
-from constrain.samplers.smc import SMC, SMCResult
-from constrain.speculative import Speculative
-from constrain.vocab import Vocabulary
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
+# public name -> the module that defines it
+_EXPORTS = {
+    "ConstrainError": "constrain.errors",
+    "GrammarError": "constrain.errors",
+    "InvalidTokenError": "constrain.errors",
+    "ModelLoadError": "constrain.errors",
+    "RegexError": "constrain.errors",
+    "UnsupportedSchemaError": "constrain.errors",
+    "VocabularyError": "constrain.errors",
+    "Vocabulary": "constrain.engine.vocab",
+    "Grammar": "constrain.jsonschema.grammar",
+    "Constraint": "constrain.engine.matcher",
+    "Matcher": "constrain.engine.matcher",
+    "load_model": "constrain.models",
+    "CFG": "constrain.processors",
+    "USCD": "constrain.processors",
+    "AdaCAD": "constrain.processors",
+    "Classifier": "constrain.processors",
+    "Contrastive": "constrain.processors",
+    "CyclicReflex": "constrain.processors",
+    "HFProcessor": "constrain.processors",
+    "Intersection": "constrain.processors",
+    "M": "constrain.processors",
+    "MinP": "constrain.processors",
+    "Processor": "constrain.processors",
+    "RepetitionPenalty": "constrain.processors",
+    "Temperature": "constrain.processors",
+    "TopH": "constrain.processors",
+    "TopK": "constrain.processors",
+    "TopP": "constrain.processors",
+    "Typical": "constrain.processors",
+    "Union": "constrain.processors",
+    "AWRS": "constrain.samplers",
+    "LCD": "constrain.samplers",
+    "ASAp": "constrain.samplers.asap",
+    "SMC": "constrain.samplers.smc",
+    "SMCResult": "constrain.samplers.smc",
+    "Speculative": "constrain.speculative",
+    "GenerationResult": "constrain.api",
+    "GenerationStats": "constrain.api",
+    "Generator": "constrain.api",
+    "TextStream": "constrain.api",
+    "generate": "constrain.api",
+    "smc": "constrain.api",
+    "stream": "constrain.api",
+    "GenerationCutError": "constrain.function",
+    "function": "constrain.function",
+}
+_SUBMODULES = ("grammars", "hf")
 
-def load_model(name_or_path: str | None = None, *, device: str = "auto", dtype=None):
-    """Load a language model: the bundled SmolLM2-135M-Instruct by default.
-
-    Args:
-        name_or_path: None or "smollm2-135m-instruct" (bundled default), "gemma-3-270m"
-            (bundled), a local directory, or a Hugging Face Hub id (needs network or a cache).
-        device: "auto" (CUDA, then MPS, then CPU), or any torch device string.
-    """
-    from constrain.models import load_model as _load
-
-    return _load(name_or_path, device=device, dtype=dtype)
+__all__ = sorted([*_EXPORTS, *_SUBMODULES])
 
 
-__all__ = [
-    "ASAp",
-    "AWRS",
-    "AdaCAD",
-    "CFG",
-    "Classifier",
-    "ConstrainError",
-    "Constraint",
-    "Contrastive",
-    "CyclicReflex",
-    "GenerationCutError",
-    "GenerationResult",
-    "GenerationStats",
-    "Generator",
-    "Grammar",
-    "GrammarError",
-    "HFProcessor",
-    "Intersection",
-    "InvalidTokenError",
-    "LCD",
-    "M",
-    "Matcher",
-    "MinP",
-    "ModelLoadError",
-    "Processor",
-    "RegexError",
-    "RepetitionPenalty",
-    "SMC",
-    "SMCResult",
-    "Speculative",
-    "Temperature",
-    "TextStream",
-    "TopH",
-    "TopK",
-    "TopP",
-    "Typical",
-    "USCD",
-    "Union",
-    "UnsupportedSchemaError",
-    "Vocabulary",
-    "VocabularyError",
-    "function",
-    "generate",
-    "grammars",
-    "hf",
-    "load_model",
-    "smc",
-    "stream",
-]
+def __getattr__(name: str):
+    """Import a public name (or submodule) on first use and keep it."""
+    if name in _SUBMODULES:
+        value = importlib.import_module(f"constrain.{name}")
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    else:
+        raise AttributeError(f"module 'constrain' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from constrain.errors import ConstrainError
-from constrain.grammar import Grammar
+from constrain.jsonschema.grammar import Grammar
 from constrain.jsonschema.types import schema_from_type
 from constrain.jsonschema.validation import draft_validator
 from constrain.jsonschema.values import value_from_json

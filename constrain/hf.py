@@ -20,7 +20,7 @@ from collections import OrderedDict
 
 import torch
 
-from constrain.matcher import Constraint, Matcher
+from constrain.engine.matcher import Constraint, Matcher
 from constrain.processors import Processor, ProcessorStack, Step
 
 __all__ = ["LogitsProcessor"]

@@ -14,9 +14,9 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from constrain.grammar import Grammar
-from constrain.matcher import Constraint
-from constrain.vocab import Vocabulary
+from constrain.engine.matcher import Constraint
+from constrain.engine.vocab import Vocabulary
+from constrain.jsonschema.grammar import Grammar
 
 __all__ = ["constraint_for", "free_text", "grammar_from"]
 

@@ -31,14 +31,14 @@ def gemma_tokenizer():
 
 @pytest.fixture(scope="session")
 def smollm_vocab(smollm_tokenizer):
-    from constrain.vocab import Vocabulary
+    from constrain.engine.vocab import Vocabulary
 
     return Vocabulary.from_tokenizer(smollm_tokenizer, eos_ids=[2])
 
 
 @pytest.fixture(scope="session")
 def gemma_vocab(gemma_tokenizer):
-    from constrain.vocab import Vocabulary
+    from constrain.engine.vocab import Vocabulary
 
     return Vocabulary.from_tokenizer(gemma_tokenizer, size=262_144)
 

@@ -8,9 +8,9 @@ import pytest
 
 import constrain as cn
 import constrain.grammars as library
+from constrain.engine.grammar.sample import random_text
+from constrain.engine.vocab import Vocabulary
 from constrain.errors import GrammarError, VocabularyError
-from constrain.grammar.sample import random_text
-from constrain.vocab import Vocabulary
 
 AMBIGUOUS = """
 start: e
@@ -45,7 +45,7 @@ def _tokens(vocab: Vocabulary, text: str) -> list[int] | None:
     """Tokens spelling `text` exactly: the tokenizer's, else greedy longest match (SmolLM2's
     tokenizer drops some unassigned characters); None when the vocabulary cannot spell it (no
     token for some control bytes)."""
-    from constrain.matcher import _tokenize
+    from constrain.engine.matcher import _tokenize
 
     tokens = _tokenize(vocab, text.encode())
     return tokens if vocab.decode_bytes(tokens) == text.encode() else None
@@ -288,7 +288,7 @@ def test_special_tokens_must_exist_and_not_be_eos(smollm_vocab: Vocabulary):
 
 
 def test_bounded_and_unbounded_repetition_in_the_ir():
-    from constrain.grammar.ir import GrammarIR, Lexeme, Rule, repeat
+    from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule, repeat
 
     rules = [Rule("start", ("few", "SEP", "many"))]
     repeat(rules, "few", ["A"], 2, 4)
@@ -352,7 +352,7 @@ COMPLETION_SCHEMAS = [
 def test_completions_are_shortest_sentences(grammar):
     """From states along random prefixes of sentences, `completion` finishes a sentence and is
     (nearly always) as short as a breadth-first search over bytes finds."""
-    from constrain.grammar.completion import search_completion
+    from constrain.engine.grammar.completion import search_completion
 
     automaton = grammar.automaton
     rng = np.random.default_rng(3)

@@ -7,7 +7,7 @@ import pytest
 import regex as regex_oracle  # supports partial matches: is this text a prefix of a match?
 
 import constrain as cn
-from constrain.vocab import Vocabulary
+from constrain.engine.vocab import Vocabulary
 
 REGEXES = [
     r"\d{4}-\d{2}-\d{2}",
@@ -18,7 +18,7 @@ REGEXES = [
     r"(café|naïve|日本|🎉)+",
     r"\(\d{3}\) \d{3}-\d{4}",
     r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?",
-    # near-full masks, answered partly from vocabulary slices (constrain.slices)
+    # near-full masks, answered partly from vocabulary slices (constrain.engine.slices)
     r'"[^"\\]*"',
     r".{0,40}",
     r"[ \t\n\r]*x",

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from constrain.engine.regex import DEAD, ByteDFA, compile_regex, dfa_from_strings
 from constrain.errors import RegexError
-from constrain.regex import DEAD, ByteDFA, compile_regex, dfa_from_strings
 
 # -- a strategy of regexes built from the supported constructs -------------------------------------
 

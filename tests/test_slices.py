@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import constrain as cn
-from constrain.grammar import Grammar
-from constrain.regex import compile_regex
-from constrain.slices import SLICE_PATTERNS, VocabularySlices, admits, slices_of
-from constrain.vocab import Vocabulary
+from constrain.engine.grammar import Grammar
+from constrain.engine.regex import compile_regex
+from constrain.engine.slices import SLICE_PATTERNS, VocabularySlices, admits, slices_of
+from constrain.engine.vocab import Vocabulary
 
 
 def test_slices_partition_the_text_tokens(smollm_vocab: Vocabulary):

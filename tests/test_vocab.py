@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from constrain.vocab import TokenTrie, Vocabulary
+from constrain.engine.vocab import TokenTrie, Vocabulary
 
 TEXTS = [
     "Hello, world!",

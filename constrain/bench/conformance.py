@@ -53,8 +53,8 @@ import numpy as np
 
 import constrain as cn
 from constrain.bench._common import fmt, load_vocab, percentile
+from constrain.engine.matcher import _tokenize
 from constrain.errors import GrammarError
-from constrain.matcher import _tokenize
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 _EXCLUDED_CORE = {"format.json", "refRemote.json", "vocabulary.json"}

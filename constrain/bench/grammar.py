@@ -2,7 +2,7 @@
 
 For each grammar, generated instances (fixed seed) are tokenized and replayed token by token:
 JSON documents from `json.dumps` of random nested values (compact or indented), and for the other
-grammars random derivations (`constrain.grammar.sample.random_text`). Measured:
+grammars random derivations (`constrain.engine.grammar.sample.random_text`). Measured:
 
 * compile: `Grammar.from_lark` on the grammar text with every cache cleared (p50 of 5 runs),
   and the cold first mask after it;
@@ -38,9 +38,9 @@ from constrain.bench._common import (
     load_vocab,
     percentile,
 )
-from constrain.grammar.sample import random_text
-from constrain.matcher import _tokenize
-from constrain.regex import compile_regex
+from constrain.engine.grammar.sample import random_text
+from constrain.engine.matcher import _tokenize
+from constrain.engine.regex import compile_regex
 
 _WORDS = [
     "id",

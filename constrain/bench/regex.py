@@ -36,7 +36,7 @@ from constrain.bench._common import (
     mask_summary,
     percentile,
 )
-from constrain.regex import compile_regex
+from constrain.engine.regex import compile_regex
 
 REGEXES: list[tuple[str, str]] = [
     ("yes/no", r"(yes|no)"),

@@ -9,8 +9,8 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+from constrain.engine.grammar import Grammar
 from constrain.errors import GrammarError
-from constrain.grammar import Grammar
 
 __all__ = ["load", "names", "path"]
 

@@ -20,8 +20,16 @@ import warnings
 from functools import lru_cache
 from typing import Any
 
+from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule, repeat
+from constrain.engine.regex import (
+    ByteDFA,
+    compile_regex,
+    dfa_from_strings,
+    dfa_from_table,
+    quoted,
+    repeat_unit,
+)
 from constrain.errors import UnsupportedSchemaError
-from constrain.grammar.ir import GrammarIR, Lexeme, Rule, repeat
 from constrain.jsonschema import shapes
 from constrain.jsonschema.checks import JsonChecks, checks_for
 from constrain.jsonschema.normalize import Contents, InexactSchema, Normalizer
@@ -39,14 +47,6 @@ from constrain.jsonschema.shapes import (
     key_text,
 )
 from constrain.jsonschema.validation import DRAFTS, draft_validator, sites_reaching
-from constrain.regex import (
-    ByteDFA,
-    compile_regex,
-    dfa_from_strings,
-    dfa_from_table,
-    quoted,
-    repeat_unit,
-)
 
 __all__ = ["DRAFTS", "WHITESPACE", "compile_schema", "draft_validator"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from constrain.regex import ByteDFA, combine, compile_regex
+from constrain.engine.regex import ByteDFA, combine, compile_regex
 
 __all__ = ["FORMATS", "FORMAT_NOTES", "format_dfa"]
 

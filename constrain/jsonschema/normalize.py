@@ -21,6 +21,14 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from constrain.engine.regex import (
+    ByteDFA,
+    compile_regex,
+    dfa_from_strings,
+    escaped,
+    quoted,
+    syntax_chars,
+)
 from constrain.errors import RegexError, UnsupportedSchemaError
 from constrain.jsonschema.formats import FORMATS, format_dfa
 from constrain.jsonschema.keywords import SPEC_FORMATS
@@ -63,14 +71,6 @@ from constrain.jsonschema.shapes import (
     with_check,
 )
 from constrain.jsonschema.validation import Validators
-from constrain.regex import (
-    ByteDFA,
-    compile_regex,
-    dfa_from_strings,
-    escaped,
-    quoted,
-    syntax_chars,
-)
 
 __all__ = ["Contents", "InexactSchema", "Normalizer"]
 

@@ -11,7 +11,7 @@ from decimal import Decimal
 
 import numpy as np
 
-from constrain.regex import ByteDFA, combine, compile_regex, dfa_from_table
+from constrain.engine.regex import ByteDFA, combine, compile_regex, dfa_from_table
 
 __all__ = [
     "INTEGER",

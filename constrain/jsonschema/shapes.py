@@ -23,8 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from constrain.jsonschema.numbers import NUMBER
-from constrain.regex import (
+from constrain.engine.regex import (
     ByteDFA,
     combine,
     compile_regex,
@@ -33,6 +32,7 @@ from constrain.regex import (
     quoted,
     repeat_unit,
 )
+from constrain.jsonschema.numbers import NUMBER
 
 __all__ = [
     "ANY",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from constrain.vocab import Vocabulary
+from constrain.engine.vocab import Vocabulary
 
 __all__ = ["ToyLM", "ToyStream"]
 

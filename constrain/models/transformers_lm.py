@@ -200,7 +200,7 @@ class TransformersLM:
     def vocab(self):
         """The `constrain.Vocabulary` of this model (built once)."""
         if self._vocab is None:
-            from constrain.vocab import Vocabulary
+            from constrain.engine.vocab import Vocabulary
 
             self._vocab = Vocabulary.from_tokenizer(
                 self.tokenizer, size=self.vocab_size, eos_ids=self.eos_ids

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from constrain.matcher import Constraint
+from constrain.engine.matcher import Constraint
 from constrain.processors.bound import BoundStack
 from constrain.samplers.base import categorical
 from constrain.samplers.lcd import LCD

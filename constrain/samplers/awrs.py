@@ -32,7 +32,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from constrain.matcher import Matcher
+from constrain.engine.matcher import Matcher
 from constrain.samplers.base import Draw
 from constrain.samplers.lcd import LCD
 

@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from constrain.matcher import Matcher
+from constrain.engine.matcher import Matcher
 
 __all__ = ["Draw", "TokenSampler", "categorical"]
 

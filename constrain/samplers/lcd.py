@@ -15,7 +15,7 @@ from collections import OrderedDict
 
 import torch
 
-from constrain.matcher import Constraint, Matcher
+from constrain.engine.matcher import Constraint, Matcher
 from constrain.samplers.base import Draw, categorical
 
 __all__ = ["LCD"]

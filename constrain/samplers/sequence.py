@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from constrain.matcher import Matcher
+from constrain.engine.matcher import Matcher
 from constrain.processors.bound import BoundStack
 from constrain.samplers.base import Draw, TokenSampler, categorical
 from constrain.samplers.lcd import LCD

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from constrain.matcher import Constraint
+from constrain.engine.matcher import Constraint
 from constrain.processors.bound import BoundStack
 from constrain.samplers import token_sampler
 from constrain.samplers.base import TokenSampler

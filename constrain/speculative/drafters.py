@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from constrain.matcher import Matcher
+from constrain.engine.matcher import Matcher
 from constrain.samplers.base import categorical
 
 __all__ = ["Draft", "ModelDrafter", "lookup_continuations"]

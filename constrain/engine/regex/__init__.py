@@ -11,8 +11,8 @@ Invariants: state 0 is dead; every other state is reachable from the start state
 completable. Limits on states and compile time are explicit and raise `RegexError`.
 """
 
-from constrain.regex._syntax import escaped, syntax_chars
-from constrain.regex.dfa import (
+from constrain.engine.regex._syntax import escaped, syntax_chars
+from constrain.engine.regex.dfa import (
     DEAD,
     ByteDFA,
     combine,

@@ -20,9 +20,9 @@ from functools import lru_cache
 import numpy as np
 from interegular.patterns import Pattern, _CharGroup, _Concatenation, _Repeated
 
+from constrain.engine.regex._syntax import Lookahead, lookahead_index, parse
+from constrain.engine.regex._utf8 import MAX_CODE_POINT, json_sequences, utf8_sequences
 from constrain.errors import RegexError
-from constrain.regex._syntax import Lookahead, lookahead_index, parse
-from constrain.regex._utf8 import MAX_CODE_POINT, json_sequences, utf8_sequences
 
 DEAD = 0
 _FORCED_CAP = 4096

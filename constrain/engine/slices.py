@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from constrain.regex import ByteDFA, compile_regex, is_empty_combination
-from constrain.vocab import TokenTrie, Vocabulary
+from constrain.engine.regex import ByteDFA, compile_regex, is_empty_combination
+from constrain.engine.vocab import TokenTrie, Vocabulary
 
 __all__ = ["SLICE_PATTERNS", "Slice", "VocabularySlices", "admits", "slices_of"]
 

@@ -9,7 +9,7 @@ A `Matcher` never looks inside a grammar. It needs, for an opaque hashable *stat
 * ``token_ids(state, trie)``: ids of every token whose bytes keep the state live (a walk of the
   vocabulary trie that skips the subtree of each rejected prefix);
 * ``admits(state, language)``: every string of a regular `language` keeps the state live, so a
-  whole vocabulary slice is allowed without a walk (see `constrain.slices`);
+  whole vocabulary slice is allowed without a walk (see `constrain.engine.slices`);
 * ``forced_bytes(state)`` / ``expected_bytes(state)``: what the grammar forces or allows next;
 * ``completion(state)``: a shortest text that finishes a sentence (token budgets);
 * ``special_texts``, ``allowed_specials(state)``, ``step_special(state, text)``: special tokens
@@ -26,9 +26,9 @@ from typing import Protocol
 
 import numpy as np
 
-from constrain.regex import ByteDFA
-from constrain.slices import admits
-from constrain.vocab import TokenTrie
+from constrain.engine.regex import ByteDFA
+from constrain.engine.slices import admits
+from constrain.engine.vocab import TokenTrie
 
 
 class Automaton(Protocol):

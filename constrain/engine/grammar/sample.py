@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from constrain.grammar.ir import GrammarIR
-from constrain.regex import ByteDFA
+from constrain.engine.grammar.ir import GrammarIR
+from constrain.engine.regex import ByteDFA
 
 __all__ = ["random_lexeme", "random_text"]
 

@@ -31,9 +31,9 @@ from collections import deque
 
 import numpy as np
 
-from constrain.grammar.earley import ChartNode, _waiting
-from constrain.regex import ByteDFA
-from constrain.regex.dfa import BYTE_PREFERENCE
+from constrain.engine.grammar.earley import ChartNode, _waiting
+from constrain.engine.regex import ByteDFA
+from constrain.engine.regex.dfa import BYTE_PREFERENCE
 
 __all__ = ["Completions", "search_completion"]
 

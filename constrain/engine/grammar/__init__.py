@@ -5,6 +5,6 @@ JSON Schema or a Python type). It knows nothing about tokens: binding it to a `V
 gives a `constrain.Constraint`.
 """
 
-from constrain.grammar.core import Grammar
+from constrain.engine.grammar.core import Grammar
 
 __all__ = ["Grammar"]

@@ -35,14 +35,14 @@ import weakref
 
 import numpy as np
 
-from constrain.grammar.completion import Completions
-from constrain.grammar.earley import ChartNode, EarleyParser
-from constrain.grammar.ir import GrammarIR
-from constrain.grammar.lexer import Lexer
-from constrain.grammar.lint import check_lexeme_ends
-from constrain.regex import ByteDFA
-from constrain.slices import admits
-from constrain.vocab import TokenTrie
+from constrain.engine.grammar.completion import Completions
+from constrain.engine.grammar.earley import ChartNode, EarleyParser
+from constrain.engine.grammar.ir import GrammarIR
+from constrain.engine.grammar.lexer import Lexer
+from constrain.engine.grammar.lint import check_lexeme_ends
+from constrain.engine.regex import ByteDFA
+from constrain.engine.slices import admits
+from constrain.engine.vocab import TokenTrie
 
 __all__ = ["CFGAutomaton"]
 
@@ -185,7 +185,7 @@ class CFGAutomaton:
         return _remember(self._forced, state, bytes(out))
 
     def completion(self, state: tuple) -> bytes | None:
-        """A shortest text that finishes a sentence from `state` (see `constrain.grammar.completion`)."""
+        """A shortest text that finishes a sentence from `state` (see `constrain.engine.grammar.completion`)."""
         if self._completions is None:
             self._completions = Completions(self)
         return self._completions.of(state)

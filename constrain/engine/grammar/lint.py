@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from constrain.engine.grammar.ir import GrammarIR, derivable
 from constrain.errors import GrammarError
-from constrain.grammar.ir import GrammarIR, derivable
 
 __all__ = ["check_lexeme_ends"]
 

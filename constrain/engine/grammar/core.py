@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from constrain.automaton import Automaton, DFAAutomaton, TextCheck
+from constrain.engine.automaton import Automaton, DFAAutomaton, TextCheck
+from constrain.engine.grammar.cfg import CFGAutomaton
+from constrain.engine.grammar.ir import GrammarIR
+from constrain.engine.grammar.lark_frontend import ir_from_lark, read_lark
+from constrain.engine.regex import ByteDFA, compile_regex, dfa_from_strings
 from constrain.errors import GrammarError
-from constrain.grammar.cfg import CFGAutomaton
-from constrain.grammar.ir import GrammarIR
-from constrain.grammar.lark_frontend import ir_from_lark, read_lark
-from constrain.regex import ByteDFA, compile_regex, dfa_from_strings
 
 
 class Grammar:
@@ -94,67 +94,6 @@ class Grammar:
             source=source,
         )
         return cls.from_ir(ir, kind="lark", source=source)
-
-    @classmethod
-    def from_json_schema(
-        cls,
-        schema,
-        *,
-        whitespace: str | None = "compact",
-        indent: int = 2,
-        any_order: bool = False,
-        lenient: bool = False,
-        draft: str | None = None,
-        timeout: float = 10.0,
-    ) -> Grammar:
-        """The JSON documents valid under `schema` (a dict, a bool or JSON text).
-
-        Strings are written in one encoding: characters raw (UTF-8), escapes only where JSON
-        requires them (``\\"``, ``\\\\``, control characters), as ``json.dumps(...,
-        ensure_ascii=False)`` writes them. Numbers are written without an exponent.
-
-        Args:
-            whitespace: "compact", "default" (bounded, admits `json.dumps` output), "pretty"
-                (exactly ``json.dumps(value, indent=indent)``) or a regex.
-            any_order: object members in any order (default: schema order, then extra keys).
-            lenient: drop what cannot be expressed, with a warning, instead of raising.
-            draft: read the schema in this dialect ("2020-12", "2019-09", "draft-07",
-                "draft-06", "draft-04") whatever its ``$schema`` says.
-            timeout: limit on the compilation, in seconds.
-
-        Raises:
-            UnsupportedSchemaError: a keyword that cannot be expressed exactly, named with its
-                JSON pointer (strict mode), or the compilation took longer than `timeout`.
-        """
-        from constrain.jsonschema import compile_schema
-
-        ir, check = compile_schema(
-            schema,
-            whitespace=whitespace,
-            indent=indent,
-            any_order=any_order,
-            lenient=lenient,
-            draft=draft,
-            timeout=timeout,
-        )
-        # JSON separates every value by punctuation, and a string chunk is a fixed length:
-        # no lexeme can be trapped by longest match, so the lint is skipped
-        grammar = cls.from_ir(ir, kind="json_schema", lint=False)
-        grammar.check = check
-        return grammar
-
-    @classmethod
-    def from_type(cls, annotation, **options) -> Grammar:
-        """The JSON documents of the values of a Python type: pydantic models, dataclasses,
-        TypedDict, `Literal`, `Enum`, `list[...]`, `tuple[...]`, `dict[str, ...]`, `Optional`,
-        unions and `Annotated` constraints. `options` are those of `from_json_schema`.
-
-        Raises:
-            TypeError: an annotation with no JSON Schema counterpart.
-        """
-        from constrain.jsonschema.types import schema_from_type
-
-        return cls.from_json_schema(schema_from_type(annotation), **options)
 
     @classmethod
     def from_ir(

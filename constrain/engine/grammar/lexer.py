@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from constrain.engine.grammar.ir import Lexeme
+from constrain.engine.regex.dfa import joint_byte_classes
 from constrain.errors import GrammarError
-from constrain.grammar.ir import Lexeme
-from constrain.regex.dfa import joint_byte_classes
 
 __all__ = ["Lexer"]
 

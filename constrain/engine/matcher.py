@@ -24,10 +24,10 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from constrain.engine.grammar import Grammar
+from constrain.engine.slices import slices_of
+from constrain.engine.vocab import Vocabulary
 from constrain.errors import GrammarError, InvalidTokenError, VocabularyError
-from constrain.grammar import Grammar
-from constrain.slices import slices_of
-from constrain.vocab import Vocabulary
 
 __all__ = ["Constraint", "Matcher"]
 

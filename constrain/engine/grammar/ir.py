@@ -20,8 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from constrain.engine.regex import ByteDFA, compile_regex, dfa_from_byte_classes, dfa_from_strings
 from constrain.errors import GrammarError, RegexError
-from constrain.regex import ByteDFA, compile_regex, dfa_from_byte_classes, dfa_from_strings
 
 __all__ = ["GrammarIR", "Lexeme", "Rule", "repeat"]
 

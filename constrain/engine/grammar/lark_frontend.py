@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
+from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule
+from constrain.engine.regex import syntax_chars
 from constrain.errors import GrammarError
-from constrain.grammar.ir import GrammarIR, Lexeme, Rule
-from constrain.regex import syntax_chars
 
 __all__ = ["ir_from_lark"]
 

@@ -21,7 +21,7 @@ in a node can be completed and a node with items always has a continuation in th
 
 from __future__ import annotations
 
-from constrain.grammar.ir import GrammarIR, derivable
+from constrain.engine.grammar.ir import GrammarIR, derivable
 
 __all__ = ["ChartNode", "EarleyParser"]
 

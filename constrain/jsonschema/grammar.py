@@ -1,0 +1,76 @@
+"""`Grammar` with the JSON Schema front end: `from_json_schema` and `from_type`.
+
+The engine's `constrain.engine.Grammar` knows regexes, choices, Lark and the grammar IR; this
+subclass adds the constructors whose compiler lives in this package, so the engine never
+imports its front end. ``cn.Grammar`` is this class.
+"""
+
+from __future__ import annotations
+
+from constrain.engine.grammar import Grammar as EngineGrammar
+from constrain.jsonschema.compiler import compile_schema
+from constrain.jsonschema.types import schema_from_type
+
+__all__ = ["Grammar"]
+
+
+class Grammar(EngineGrammar):
+    """A constraint on text (see `constrain.engine.Grammar`), also built from a JSON Schema
+    or a Python type."""
+
+    @classmethod
+    def from_json_schema(
+        cls,
+        schema,
+        *,
+        whitespace: str | None = "compact",
+        indent: int = 2,
+        any_order: bool = False,
+        lenient: bool = False,
+        draft: str | None = None,
+        timeout: float = 10.0,
+    ) -> Grammar:
+        """The JSON documents valid under `schema` (a dict, a bool or JSON text).
+
+        Strings are written in one encoding: characters raw (UTF-8), escapes only where JSON
+        requires them (``\\"``, ``\\\\``, control characters), as ``json.dumps(...,
+        ensure_ascii=False)`` writes them. Numbers are written without an exponent.
+
+        Args:
+            whitespace: "compact", "default" (bounded, admits `json.dumps` output), "pretty"
+                (exactly ``json.dumps(value, indent=indent)``) or a regex.
+            any_order: object members in any order (default: schema order, then extra keys).
+            lenient: drop what cannot be expressed, with a warning, instead of raising.
+            draft: read the schema in this dialect ("2020-12", "2019-09", "draft-07",
+                "draft-06", "draft-04") whatever its ``$schema`` says.
+            timeout: limit on the compilation, in seconds.
+
+        Raises:
+            UnsupportedSchemaError: a keyword that cannot be expressed exactly, named with its
+                JSON pointer (strict mode), or the compilation took longer than `timeout`.
+        """
+        ir, check = compile_schema(
+            schema,
+            whitespace=whitespace,
+            indent=indent,
+            any_order=any_order,
+            lenient=lenient,
+            draft=draft,
+            timeout=timeout,
+        )
+        # JSON separates every value by punctuation, and a string chunk is a fixed length:
+        # no lexeme can be trapped by longest match, so the lint is skipped
+        grammar = cls.from_ir(ir, kind="json_schema", lint=False)
+        grammar.check = check
+        return grammar
+
+    @classmethod
+    def from_type(cls, annotation, **options) -> Grammar:
+        """The JSON documents of the values of a Python type: pydantic models, dataclasses,
+        TypedDict, `Literal`, `Enum`, `list[...]`, `tuple[...]`, `dict[str, ...]`, `Optional`,
+        unions and `Annotated` constraints. `options` are those of `from_json_schema`.
+
+        Raises:
+            TypeError: an annotation with no JSON Schema counterpart.
+        """
+        return cls.from_json_schema(schema_from_type(annotation), **options)
