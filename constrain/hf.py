@@ -16,11 +16,11 @@ rather than from a call counter. (transformers samples with ``top_k=50`` unless 
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
-from constrain.engine.matcher import Constraint, Matcher
+from constrain.constraints import Constraint
+from constrain.engine.cache import BoundedCache
+from constrain.engine.matcher import TokenMatcher
 from constrain.processors import Processor, ProcessorStack, Step
 
 __all__ = ["LogitsProcessor"]
@@ -57,7 +57,7 @@ class LogitsProcessor:
                 "arithmetic) cannot run inside transformers' generate: use cn.generate"
             )
         self.prompt_length = prompt_length
-        self._matchers: OrderedDict[tuple[int, ...], Matcher] = OrderedDict()
+        self._matchers: BoundedCache[tuple[int, ...], TokenMatcher] = BoundedCache(_MATCHERS_KEPT)
         self._eos = torch.tensor(constraint.vocab.eos_ids)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -77,7 +77,7 @@ class LogitsProcessor:
             if matcher is None or matcher.finished():
                 allowed[self._eos.to(scores.device)] = True
             else:
-                allowed[:] = torch.tensor(matcher.mask(), device=scores.device)
+                allowed = self.constraint.device_mask(matcher, scores.device)
             step = Step(generated, tuple(ids[: self.prompt_length]), vocab)
             logprobs = torch.log_softmax(scores[row].float(), dim=-1)
             if self.stack.control:
@@ -86,7 +86,7 @@ class LogitsProcessor:
             out[row] = self.stack.after(logprobs, step) if self.stack.after_constraint else logprobs
         return out
 
-    def _matcher(self, generated: tuple[int, ...]) -> Matcher | None:
+    def _matcher(self, generated: tuple[int, ...]) -> TokenMatcher | None:
         """The matcher after `generated` (None once the row has ended), advanced from the
         longest remembered prefix."""
         known = len(generated)
@@ -100,12 +100,6 @@ class LogitsProcessor:
                 return None  # a padded position after EOS
             matcher = matcher.fork()
             matcher.advance(generated[i])
-            self._remember(generated[: i + 1], matcher)
-        self._remember(generated, matcher)
+            self._matchers[generated[: i + 1]] = matcher
+        self._matchers[generated] = matcher
         return matcher
-
-    def _remember(self, prefix: tuple[int, ...], matcher: Matcher) -> None:
-        self._matchers[prefix] = matcher
-        self._matchers.move_to_end(prefix)
-        if len(self._matchers) > _MATCHERS_KEPT:
-            self._matchers.popitem(last=False)

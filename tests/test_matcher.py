@@ -206,7 +206,7 @@ def test_budget_closes_the_text_in_time(smollm_vocab: Vocabulary, build, spec, b
     """With a token budget, every random walk through the allowed tokens ends complete within
     it: the filter closes the text in time and never leaves it without a way to finish."""
     constraint = cn.Constraint(build(spec), smollm_vocab)
-    needed, _ = constraint.completion(constraint.start().state)
+    needed, _ = constraint.plans.completion(constraint.start().state)
     assert needed <= budget  # the shortest text fits
     eos = set(smollm_vocab.eos_ids)
     rng = np.random.default_rng(budget)
@@ -246,10 +246,10 @@ def test_following_a_completion_never_lengthens_it(smollm_vocab: Vocabulary):
     for _ in range(20):
         m, walk = constraint.start(), []
         for _ in range(40):
-            needed, first = constraint.completion(m.state)
+            needed, first = constraint.plans.completion(m.state)
             following = m.fork()
             following.advance(first)
-            after, _ = constraint.completion(following.state)
+            after, _ = constraint.plans.completion(following.state)
             assert after <= needed - 1, smollm_vocab.decode_bytes(walk)
             checked += 1
             walk.append(int(rng.choice([t for t in np.flatnonzero(m.mask()) if t not in eos])))
@@ -296,13 +296,13 @@ def test_budget_closes_fastest_when_nothing_fits(smollm_vocab: Vocabulary, build
     constraint = cn.Constraint(build(spec), smollm_vocab)
     start = constraint.start()
     start.advance_many(smollm_vocab.encode(prefix))
-    needed, _ = constraint.completion(start.state)
+    needed, _ = constraint.plans.completion(start.state)
     assert needed > 3
     rng = np.random.default_rng(0)
     for _ in range(20):
-        m = constraint.start()
+        m = constraint.start(max_tokens=10**9)
         m.advance_many(smollm_vocab.encode(prefix))
-        m.max_tokens = m.n_tokens + 1
+        m.set_limit(m.n_tokens + 1)
         assert m.mask().sum() == 1  # the closing path's next token
         steps = 0
         while not m.finished():
@@ -311,23 +311,20 @@ def test_budget_closes_fastest_when_nothing_fits(smollm_vocab: Vocabulary, build
         assert steps <= needed + 1  # the completion the budget planned, then EOS
         m.rollback(steps)  # back where the closing began: still closing
         assert m.mask().sum() == 1
-        m.max_tokens = None  # a larger budget lifts it
+        m.set_limit(10**9)  # a larger budget lifts it
         assert m.mask().sum() > 1
 
 
 def test_filtered_masks_are_not_shared_through_the_device_cache(smollm_vocab: Vocabulary):
-    """A budget narrows one sequence's mask only: LCD's mask cache never hands it to another
-    sequence in the same automaton state, nor the other way round."""
+    """A budget narrows one sequence's mask only: the constraint's device-mask cache never
+    hands it to another sequence in the same automaton state, nor the other way round."""
     import torch
-
-    from constrain.samplers.lcd import LCD
 
     constraint = cn.Constraint(cn.Grammar.from_regex(r"[a-z]{0,40}\."), smollm_vocab)
     free, tight = constraint.start(), constraint.start(max_tokens=1)
     assert free.mask_key() == free.state and tight.mask_key() is None
-    lcd = LCD()
     cpu = torch.device("cpu")
-    first = lcd.device_mask(free, cpu).numpy()
-    np.testing.assert_array_equal(lcd.device_mask(tight, cpu).numpy(), tight.mask())
-    np.testing.assert_array_equal(lcd.device_mask(free, cpu).numpy(), first)
+    first = constraint.device_mask(free, cpu).numpy()
+    np.testing.assert_array_equal(constraint.device_mask(tight, cpu).numpy(), tight.mask())
+    np.testing.assert_array_equal(constraint.device_mask(free, cpu).numpy(), first)
     assert tight.mask().sum() < first.sum()

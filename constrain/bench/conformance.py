@@ -53,7 +53,6 @@ import numpy as np
 
 import constrain as cn
 from constrain.bench._common import fmt, load_vocab, percentile
-from constrain.engine.matcher import _tokenize
 from constrain.errors import GrammarError
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -259,7 +258,7 @@ def instance_text(constraint, value, options: dict, writing: str = "canonical") 
     option, either "canonical" (written as the grammar writes values: object members in the
     grammar's order when some order is accepted, numbers without exponent) or "as-given"."""
     if writing == "canonical" and constraint is not None:
-        text = serialise_in_grammar_order(value, options, constraint.automaton)
+        text = serialise_in_grammar_order(value, options, constraint.grammar.automaton)
         if text is not None:
             return text
     return serialise(value, options)
@@ -289,7 +288,7 @@ def run_instance(
     if constraint is None:
         return False
     matcher = constraint.start()
-    for token in _tokenize(constraint.vocab, text.encode()):
+    for token in constraint.vocab.encode_bytes(text.encode()):
         t0 = time.perf_counter()
         if timed == "mask":
             matcher.mask()

@@ -39,7 +39,6 @@ from constrain.bench._common import (
     percentile,
 )
 from constrain.engine.grammar.sample import random_text
-from constrain.engine.matcher import _tokenize
 from constrain.engine.regex import compile_regex
 
 _WORDS = [
@@ -91,7 +90,7 @@ def _instances(
     out = []
     while len(out) < n:
         data = _instance_text(name, grammar, rng)
-        tokens = _tokenize(vocab, data)
+        tokens = vocab.encode_bytes(data)
         if vocab.decode_bytes(tokens) == data:  # skip the rare text the vocabulary cannot spell
             out.append(tokens)
     return out
@@ -122,7 +121,7 @@ def _forced_share(grammar: cn.Grammar, vocab: cn.Vocabulary, paths: list[list[in
             if tokens and data.startswith(spelled, pos):
                 forced += len(tokens)
             else:
-                tokens = _tokenize(vocab, data[pos:])[:1]
+                tokens = vocab.encode_bytes(data[pos:])[:1]
                 spelled = vocab.decode_bytes(tokens)
             m.advance_many(tokens)
             total += len(tokens)

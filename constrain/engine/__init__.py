@@ -6,7 +6,7 @@ neither torch nor the JSON Schema front end nor anything above it.
 """
 
 from constrain.engine.grammar import Grammar
-from constrain.engine.matcher import Constraint, Matcher
+from constrain.engine.matcher import Matcher, TokenAutomaton, TokenMatcher
 from constrain.engine.vocab import TokenTrie, Vocabulary
 
-__all__ = ["Constraint", "Grammar", "Matcher", "TokenTrie", "Vocabulary"]
+__all__ = ["Grammar", "Matcher", "TokenAutomaton", "TokenMatcher", "TokenTrie", "Vocabulary"]

@@ -17,7 +17,6 @@ The partition is computed per vocabulary and cached (weakly) by `slices_of`.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,12 +121,6 @@ def admits(table, state: int, language: ByteDFA) -> bool:
     return True
 
 
-_SLICES: weakref.WeakKeyDictionary[Vocabulary, VocabularySlices] = weakref.WeakKeyDictionary()
-
-
 def slices_of(vocab: Vocabulary) -> VocabularySlices:
-    """The (cached) slices of `vocab`."""
-    found = _SLICES.get(vocab)
-    if found is None:
-        found = _SLICES[vocab] = VocabularySlices(vocab)
-    return found
+    """The slices of `vocab` (built once, kept by the vocabulary)."""
+    return vocab.derived.get_or_build(("slices",), lambda: VocabularySlices(vocab))

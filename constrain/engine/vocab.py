@@ -20,11 +20,13 @@ children CSR lets the mask computation expand a whole trie level at once with nu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+
+from constrain.engine.cache import BoundedCache
 
 __all__ = ["Vocabulary", "TokenTrie"]
 
@@ -120,6 +122,9 @@ class Vocabulary:
         self.tokenizer = tokenizer
         self.name = name
         self.special_ids: dict[str, int] = dict(special_ids or {})
+        # structures derived from this vocabulary alone (its slices, the token sets of text
+        # checks, the constraints compiled for it), built by their modules on first use
+        self.derived: BoundedCache[Hashable, object] = BoundedCache(256)
 
     @classmethod
     def from_tokenizer(
@@ -176,6 +181,20 @@ class Vocabulary:
         if self.tokenizer is None:
             raise ValueError("this vocabulary has no tokenizer to encode with")
         return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def encode_bytes(self, data: bytes) -> list[int]:
+        """Tokens spelling `data`: the tokenizer's when they round-trip, else greedy longest
+        match in the trie (stopping before the first byte no token starts with, so the tokens
+        may spell only a prefix of `data`)."""
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and self.tokenizer is not None:
+            ids = self.encode(text)
+            if self.decode_bytes(ids) == data:
+                return ids
+        return self.trie.longest_match_tokens(data)
 
     def decode_bytes(self, token_ids: Iterable[int]) -> bytes:
         """The concatenated bytes of `token_ids` (special and EOS ids contribute nothing)."""
@@ -355,3 +374,25 @@ class TokenTrie:
         """True when some token's bytes start with `data` and are longer than it."""
         node = self.node_of(data)
         return node >= 0 and self.subtree_end[node] > node + 1
+
+    def longest_match_tokens(self, data: bytes) -> list[int]:
+        """Greedy longest-match tokens spelling `data`, stopping before the first byte no token
+        starts with (so the result may spell only a prefix)."""
+        ids: list[int] = []
+        pos = 0
+        while pos < len(data):
+            node, best, best_len = 0, -1, 0
+            for k in range(pos, len(data)):
+                lo, hi = self.child_start[node], self.child_start[node + 1]
+                kids = self.children[lo:hi]
+                j = int(np.searchsorted(self.byte[kids], data[k]))
+                if j >= len(kids) or self.byte[kids[j]] != data[k]:
+                    break
+                node = int(kids[j])
+                if self.token_start[node + 1] > self.token_start[node]:
+                    best, best_len = int(self.tokens[self.token_start[node]]), k + 1 - pos
+            if best < 0:
+                return ids
+            ids.append(best)
+            pos += best_len
+        return ids

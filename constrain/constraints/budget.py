@@ -1,0 +1,310 @@
+"""The token budget: a constraint that the text be complete within a number of tokens.
+
+`Budgeted` wraps a matcher so its language shrinks to the texts that fit the budget: near the
+end of it (once fewer than ``64 +`` the shortest completion's tokens are left) a token is
+allowed only if a shortest completion after it still fits in the tokens left, so a generation
+cut by the budget ends with a complete text. When no completion fits any more (a deadline
+lowered the budget, or the text nested deeper than it left room for), the text is *closed*:
+the tokens of one shortest completion, fixed at that point, are the only ones allowed, then
+EOS (so closing always ends, in as few tokens as the automaton knows; a rollback before that
+point, or a larger budget, lifts it). The filter is off when a token lengthens the shortest
+completion by more than 64 tokens at once, and in a state whose completion the automaton
+cannot find.
+
+The budget is the one home of what may change it while generating: a deadline lowers it
+(`set_limit`), a dead end it alone causes makes it give way (`give_way`), never past its
+ceiling (`max_tokens`). `CompletionPlans` holds the shortest completions it plans with,
+shared by every sequence of a constraint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+from constrain.engine.cache import BoundedCache
+from constrain.engine.matcher import TokenAutomaton, TokenMatcher, advance_many
+from constrain.errors import InvalidTokenError
+
+__all__ = ["Budgeted", "CompletionPlans"]
+
+# a budget filters tokens once fewer are left than this + the shortest completion: wide enough
+# for any one token's jump in what is owed (an opening bracket with required members), small
+# enough that most generations never pay for a filtered mask
+_WINDOW = 64
+_SLACK = 8  # tokens a budget grows by when it alone leaves no token (`give_way`)
+_PLANS_KEPT = 2**18  # states whose shortest completion is remembered
+_OWED_KEPT = 64  # states whose per-token completion lengths are kept (200 KB each at 49k)
+_UNKNOWN = np.iinfo(np.int32).max
+_EOS_NEXT = -1  # while closing: the completion is spelled, EOS comes next
+
+
+class CompletionPlans:
+    """Shortest completions of automaton states as tokens, cached for one token automaton."""
+
+    def __init__(self, automaton: TokenAutomaton):
+        self.automaton = automaton
+        self._tokens: BoundedCache[Hashable, tuple[int, ...] | None] = BoundedCache(_PLANS_KEPT)
+        self._passed_on: BoundedCache[Hashable, bool] = BoundedCache(_PLANS_KEPT)
+        self._owed: BoundedCache[Hashable, np.ndarray] = BoundedCache(_OWED_KEPT)
+
+    def completion(self, state: Hashable) -> tuple[int, int | None] | None:
+        """A shortest completion of `state`: ``(tokens, first token)`` (``(0, None)`` when the
+        state accepts); None when the automaton finds none or its tokens do not spell it."""
+        ids = self.completion_tokens(state)
+        if ids is None:
+            return None
+        return len(ids), ids[0] if ids else None
+
+    def completion_tokens(self, state: Hashable) -> tuple[int, ...] | None:
+        """The tokens of a shortest completion of `state` (see `completion`).
+
+        Following a completion never lengthens it: the rest of it is passed on to the state
+        after its first token whenever that state knows no shorter one. (The shortest text in
+        bytes need not tokenize into the fewest tokens, and a tokenization that starts inside
+        a character can fall out of step with the one before it.) A budget relies on this: the
+        first token of a completion that fits always leaves one that fits."""
+        if state in self._tokens:
+            ids = self._tokens[state]
+        else:
+            ids = self._tokens[state] = self._tokenized(state)
+        if ids and not self._passed_on.get(state):
+            self._passed_on[state] = True
+            after = self.automaton.step(state, ids[0])
+            known = self._tokens.get(after)
+            if after is not None and (known is None or len(known) > len(ids) - 1):
+                self._tokens[after] = ids[1:]
+                self._passed_on[after] = False
+        return ids
+
+    def _tokenized(self, state: Hashable) -> tuple[int, ...] | None:
+        text = self.automaton.automaton.completion(state)
+        if text is None:
+            return None
+        tokens = self.automaton.vocab.encode_bytes(text) if text else []
+        if self.automaton.vocab.decode_bytes(tokens) != text:
+            return None
+        return tuple(tokens)
+
+    def shortest_tokens(self) -> int | None:
+        """Tokens of the shortest whole text the automaton finds (None: none found). Another
+        spelling could need fewer tokens: this is what a budget plans with, not a bound."""
+        plan = self.completion(self.automaton.automaton.start)
+        return None if plan is None else plan[0]
+
+    def owed_after(self, state: Hashable) -> np.ndarray:
+        """Per token allowed at `state`: the tokens of a shortest completion after it (int32,
+        shape (vocab.size,); a huge value where the token is not allowed or no completion is
+        known). Kept for the most recent states, so a budget filters a mask in one comparison."""
+        found = self._owed.get(state)
+        if found is not None:
+            return found
+        automaton = self.automaton
+        owed = np.full(automaton.vocab.size, _UNKNOWN, dtype=np.int32)
+        for token in np.flatnonzero(automaton.mask_for(state)).tolist():
+            if token in automaton.eos:
+                owed[token] = 0
+                continue
+            plan = self.completion(automaton.step(state, token))
+            if plan is not None:
+                owed[token] = plan[0]
+        self._owed[state] = owed
+        return owed
+
+
+class Budgeted:
+    """`inner` held to a token budget of `limit` tokens (EOS not counted; see the module
+    docstring), which may move between `floor` and `ceiling` while generating."""
+
+    __slots__ = ("inner", "plans", "limit", "ceiling", "floor", "slack_at", "_closing")
+
+    def __init__(
+        self,
+        inner: TokenMatcher,
+        plans: CompletionPlans,
+        limit: int,
+        ceiling: int | None = None,
+    ):
+        self.inner = inner
+        self.plans = plans
+        self.limit = limit
+        self.ceiling = limit if ceiling is None else ceiling
+        self.floor = 0  # the budget keeps at least this (raised when it gives way)
+        self.slack_at = -1  # the position where the budget last gave way
+        # (tokens consumed when closing began, the completion it follows, the limit then)
+        self._closing: tuple[int, tuple[int, ...], int] | None = None
+
+    # -- queries ----------------------------------------------------------------------------------
+
+    @property
+    def constraint(self):
+        return self.inner.constraint
+
+    @property
+    def state(self) -> Hashable:
+        return self.inner.state
+
+    @property
+    def n_tokens(self) -> int:
+        return self.inner.n_tokens
+
+    def check(self, token: int) -> bool:
+        inner = self.inner
+        if token in self.plans.automaton.eos or inner.finished():
+            return inner.check(token)
+        closing = self._closing_token()
+        if closing is not None:
+            return token == closing and inner.check(token)
+        window = self._window()
+        return inner.check(token) and (window is None or self._fits(window, token))
+
+    def mask(self) -> np.ndarray:
+        inner = self.inner
+        if inner.finished():
+            return inner.mask()
+        closing = self._closing_token()
+        if closing is not None:  # the one token of the completion being followed, or EOS
+            mask = np.zeros(self.plans.automaton.vocab.size, dtype=bool)
+            if closing == _EOS_NEXT:
+                mask[self.plans.automaton.eos_array] = inner.accepting()
+            elif inner.check(closing):
+                mask[closing] = True
+            return mask
+        mask = inner.mask()
+        window = self._window()
+        if window is None:
+            return mask
+        room, first = window
+        fits = self.plans.owed_after(inner.state) <= room
+        if first is not None:
+            fits[first] = True
+        return mask & fits
+
+    def mask_key(self) -> Hashable | None:
+        return None if self.binds() else self.inner.mask_key()
+
+    def binds(self) -> bool:
+        """The budget narrows the next token (its filter, or the text is closing)."""
+        if self.inner.finished():
+            return False
+        return self._closing_token() is not None or self._window() is not None
+
+    def accepting(self) -> bool:
+        return self.inner.accepting()
+
+    def done(self) -> bool:
+        return self.inner.done()
+
+    def finished(self) -> bool:
+        return self.inner.finished()
+
+    def forced_bytes(self) -> bytes:
+        return self.inner.forced_bytes()
+
+    def forced(self) -> list[int]:
+        """The inner matcher's forced tokens; while closing, the rest of the completion."""
+        if self._closing_token() is not None:
+            start, ids, _ = self._closing
+            return list(ids[self.n_tokens - start :])
+        return self.inner.forced()
+
+    def count_forced(self, tokens: Sequence[int]) -> int:
+        return self.inner.count_forced(tokens)
+
+    # -- state changes ----------------------------------------------------------------------------
+
+    def advance(self, token: int) -> None:
+        inner = self.inner
+        if token not in self.plans.automaton.eos and not inner.finished():
+            where = f"token {token} after {self.n_tokens} tokens"
+            closing = self._closing_token()
+            if closing is not None and token != closing:
+                raise InvalidTokenError(
+                    f"{where}: no completion fits in max_tokens={self.limit}, so the text is "
+                    f"closing along a shortest completion; its next token is {closing}"
+                )
+            window = None if closing is not None else self._window()
+            if window is not None and inner.check(token) and not self._fits(window, token):
+                raise InvalidTokenError(
+                    f"{where}: no completion after it fits in max_tokens={self.limit}"
+                )
+        inner.advance(token)
+
+    def advance_many(self, tokens: Sequence[int]) -> None:
+        advance_many(self, tokens)
+
+    def rollback(self, n: int = 1) -> None:
+        self.inner.rollback(n)
+        if self._closing is not None and self.n_tokens < self._closing[0]:
+            self._closing = None
+
+    def fork(self) -> Budgeted:
+        twin = Budgeted(self.inner.fork(), self.plans, self.limit, self.ceiling)
+        twin.floor, twin.slack_at, twin._closing = self.floor, self.slack_at, self._closing
+        return twin
+
+    def set_limit(self, tokens: int) -> None:
+        """Move the budget to `tokens`, kept within ``[floor, ceiling]`` (a deadline's plan)."""
+        self.limit = max(self.floor, min(self.ceiling, tokens))
+
+    def give_way(self, banned: set[int]) -> bool:
+        """At a dead end: when the budget alone blocks every token not `banned` here (the text
+        could go on without it), grow it by a few tokens, once per position and never past
+        the ceiling, and say so. The growth is a floor, not a surplus carried on, so later
+        steps still close the text in time (validity is a hard constraint, a deadline's budget
+        is not)."""
+        position = self.n_tokens
+        if self.slack_at == position or self.limit >= self.ceiling or not self.binds():
+            return False
+        free = set(np.flatnonzero(self.inner.mask()).tolist())
+        if not free - banned:
+            return False
+        self.floor = self.limit = min(self.limit + _SLACK, self.ceiling)
+        self.slack_at = position
+        return True
+
+    # -- the plan -----------------------------------------------------------------------------------
+
+    def _closing_token(self) -> int | None:
+        """While the text is closing, the one token allowed next (`_EOS_NEXT` once the
+        completion is spelled out); None when it is not closing."""
+        if self._closing is not None and self.limit > self._closing[2]:
+            self._closing = None  # the budget was raised again
+        if self._closing is None:
+            if self.inner.finished():
+                return None
+            state = self.inner.state
+            plan = self.plans.completion(state)
+            if plan is None or self.limit - self.n_tokens >= plan[0]:
+                return None
+            self._closing = (self.n_tokens, self.plans.completion_tokens(state), self.limit)
+        start, ids, _ = self._closing
+        done = self.n_tokens - start
+        return ids[done] if done < len(ids) else _EOS_NEXT
+
+    def _window(self) -> tuple[int, int | None] | None:
+        """``(tokens left after the next one, the token starting a shortest completion)`` when
+        the budget filters the next token; None when it does not (more than the window away
+        from it, no known completion, or closing, which `_closing_token` handles)."""
+        plan = self.plans.completion(self.inner.state)
+        if plan is None:
+            return None
+        needed, first = plan
+        left = self.limit - self.n_tokens
+        if left >= needed + _WINDOW:
+            return None
+        return left - 1, first
+
+    def _fits(self, window: tuple[int, int | None], token: int) -> bool:
+        """`token` leaves a completion within the budget. The token that starts this state's
+        shortest completion always does, so the filter never leaves a feasible text without a
+        way to finish."""
+        room, first = window
+        if token == first:
+            return True
+        plan = self.plans.completion(self.plans.automaton.step(self.inner.state, token))
+        return plan is not None and plan[0] <= room
+
+    def __repr__(self) -> str:
+        return f"Budgeted({self.inner!r}, limit={self.limit})"

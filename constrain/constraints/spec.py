@@ -1,0 +1,148 @@
+"""`ConstraintSpec`: what the output must be, as the user states it, and its `Constraint`.
+
+A spec names at most one of a regex, a list of choices, a grammar, a JSON Schema or a Python
+type (none: free text). `constraint(vocab)` compiles it and binds it to the vocabulary, kept by
+the vocabulary under the spec's content (a schema by its canonical JSON text), so generating
+again with the same constraint compiles nothing; `value(text)` reads a complete output as the
+user's value (parsed JSON, an instance of the type).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import jsonschema
+
+from constrain.constraints.constraint import Constraint
+from constrain.engine.cache import BoundedCache
+from constrain.engine.grammar import Grammar as EngineGrammar
+from constrain.engine.vocab import Vocabulary
+from constrain.errors import ConstrainError
+from constrain.jsonschema.grammar import Grammar
+from constrain.jsonschema.types import schema_from_type
+from constrain.jsonschema.validation import draft_validator
+from constrain.jsonschema.values import value_from_json
+
+__all__ = ["ConstraintSpec", "grammar_from"]
+
+_KINDS = ("regex", "choices", "grammar", "schema", "type")
+_CONSTRAINTS_KEPT = 64  # compiled constraints kept per vocabulary (least recently used out)
+
+
+def grammar_from(grammar: EngineGrammar | str | os.PathLike) -> EngineGrammar:
+    """A Grammar from a Grammar, a library grammar name, a ``.lark`` path, or Lark text."""
+    from constrain import grammars
+
+    if isinstance(grammar, EngineGrammar):
+        return grammar
+    if isinstance(grammar, os.PathLike):
+        return Grammar.from_lark(grammar)
+    if not isinstance(grammar, str):
+        raise TypeError(
+            f"grammar= expects a Grammar, a library name, a path or Lark text, got {type(grammar).__name__}"
+        )
+    if grammar in grammars.names():
+        return grammars.load(grammar)
+    return Grammar.from_lark(grammar)
+
+
+@dataclass(frozen=True, eq=False)
+class ConstraintSpec:
+    """At most one of `regex`, `choices`, `grammar`, `schema`, `type` (none: free text).
+
+    Attributes:
+        grammar: a `Grammar`, a library grammar name ("json", "sql", ...), a ``.lark`` path or
+            Lark grammar text.
+        schema: a JSON Schema (dict, bool or JSON text).
+        type: a Python type (`Grammar.from_type`).
+        schema_options: options of `Grammar.from_json_schema` (`whitespace`, `any_order`, ...).
+    """
+
+    regex: str | None = None
+    choices: Sequence[str] | None = None
+    grammar: EngineGrammar | str | os.PathLike | None = None
+    schema: dict | bool | str | None = None
+    type: Any = None
+    schema_options: Mapping[str, Any] | None = None
+
+    def __post_init__(self):
+        given = [k for k in _KINDS if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"pass at most one constraint, got {', '.join(f'{k}=' for k in given)}")
+
+    @property
+    def kind(self) -> str:
+        """"regex", "choices", "grammar", "schema", "type", or "free" (no constraint)."""
+        return next((k for k in _KINDS if getattr(self, k) is not None), "free")
+
+    @property
+    def is_json(self) -> bool:
+        return self.kind in ("schema", "type")
+
+    def constraint(self, vocab: Vocabulary) -> Constraint:
+        """The compiled constraint, bound to `vocab` (kept by the vocabulary)."""
+        kept: BoundedCache = vocab.derived.get_or_build(
+            ("constraints",), lambda: BoundedCache(_CONSTRAINTS_KEPT)
+        )
+        grammar = grammar_from(self.grammar) if self.kind == "grammar" else None
+        key = self._key(grammar)
+        found = kept.get(key)
+        if found is None or (grammar is not None and found.grammar is not grammar):
+            found = kept[key] = Constraint(grammar or self._compile(), vocab)
+        return found
+
+    def _key(self, grammar: EngineGrammar | None) -> tuple:
+        options = tuple(sorted((self.schema_options or {}).items()))
+        if self.kind == "grammar":
+            return ("grammar", id(grammar))
+        if self.kind == "schema":
+            return ("schema", json.dumps(self.schema, sort_keys=True), options)
+        if self.kind == "choices":
+            return ("choices", tuple(self.choices))
+        if self.kind == "type":
+            return ("type", self.type, options)
+        return (self.kind, self.regex)
+
+    def _compile(self) -> EngineGrammar:
+        options = dict(self.schema_options or {})
+        if self.kind == "regex":
+            return Grammar.from_regex(self.regex)
+        if self.kind == "choices":
+            return Grammar.from_choices(self.choices)
+        if self.kind == "schema":
+            return Grammar.from_json_schema(self.schema, **options)
+        if self.kind == "type":
+            return Grammar.from_type(self.type, **options)
+        return Grammar.from_regex(r"(?:.|\n)*")  # free text: any valid UTF-8, EOS anywhere
+
+    @cached_property
+    def _validator(self):
+        """A `jsonschema` validator of the output (in the `draft` option's dialect, else the
+        schema's own), for JSON constraints."""
+        schema = schema_from_type(self.type) if self.kind == "type" else self.schema
+        if isinstance(schema, str):
+            schema = json.loads(schema)
+        draft = (self.schema_options or {}).get("draft")
+        cls = draft_validator(draft) if draft else None
+        if cls is None:
+            cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+    def value(self, text: str) -> Any:
+        """A complete output as the user's value: the parsed JSON (an instance of `type`),
+        validated again as a safety net; None for constraints that are not JSON."""
+        if not self.is_json:
+            return None
+        data = json.loads(text)
+        error = jsonschema.exceptions.best_match(self._validator.iter_errors(data))
+        if error is not None:  # the compiler promises exactness: this is a bug, say so
+            raise ConstrainError(
+                f"internal error: the output does not validate ({error.message} at "
+                f"{error.json_path}); please report it with the schema: {text[:200]}"
+            )
+        return value_from_json(self.type, data) if self.kind == "type" else data

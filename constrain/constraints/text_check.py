@@ -1,0 +1,179 @@
+"""`TextChecked`: a matcher and a condition on its text, checked together (their product).
+
+Some conditions are not expressible by an automaton: no duplicate JSON keys, unique array
+items over open item languages, the check sites of a JSON Schema. The grammar carries them as
+a `TextCheck` (`constrain.engine.automaton`), and `TextChecked` keeps the check's state beside
+each automaton state: a token the check refuses is refused by `check`, `advance` and `mask`
+alike, exactly as if the two were one constraint. Only the tokens the check names as risky in
+its current state are fed to it by `check` and `mask`; `advance` feeds every token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+from constrain.engine.automaton import TextCheck
+from constrain.engine.cache import BoundedCache
+from constrain.engine.matcher import TokenMatcher, advance_many
+from constrain.engine.vocab import Vocabulary
+from constrain.errors import InvalidTokenError
+
+__all__ = ["TextChecked", "selected_tokens"]
+
+_SELECTIONS_KEPT = 1024  # token sets per vocabulary, one per (kind of check, selector)
+
+
+class TextChecked:
+    """`inner` with `text_check` applied to its text (see the module docstring)."""
+
+    __slots__ = ("inner", "text_check", "vocab", "_texts", "_fed")
+
+    def __init__(
+        self,
+        inner: TokenMatcher,
+        text_check: TextCheck,
+        vocab: Vocabulary,
+        texts: list | None = None,
+    ):
+        self.inner = inner
+        self.text_check = text_check
+        self.vocab = vocab
+        self._texts = texts if texts is not None else [text_check.start]
+        # (text-check state, {token: its successor}): what `check` found, for `advance`
+        self._fed: tuple = (None, {})
+
+    # -- queries ----------------------------------------------------------------------------------
+
+    @property
+    def constraint(self):
+        return self.inner.constraint
+
+    @property
+    def state(self) -> Hashable:
+        return self.inner.state
+
+    @property
+    def n_tokens(self) -> int:
+        return self.inner.n_tokens
+
+    def check(self, token: int) -> bool:
+        return self.inner.check(token) and self._allows(token)
+
+    def mask(self) -> np.ndarray:
+        mask = self.inner.mask()
+        risky = self.text_check.risky(self._texts[-1])
+        if risky is None or self.inner.finished():
+            return mask
+        sensitive = selected_tokens(self.vocab, self.text_check, risky)
+        refused = [t for t in sensitive[mask[sensitive]].tolist() if self._after(t) is None]
+        if refused:
+            mask = mask.copy()
+            mask[refused] = False
+        return mask
+
+    def mask_key(self) -> Hashable | None:
+        risky = self.text_check.risky(self._texts[-1])
+        if risky is not None and len(selected_tokens(self.vocab, self.text_check, risky)):
+            return None
+        return self.inner.mask_key()
+
+    def accepting(self) -> bool:
+        return self.inner.accepting()
+
+    def done(self) -> bool:
+        return self.inner.done()
+
+    def finished(self) -> bool:
+        return self.inner.finished()
+
+    def forced_bytes(self) -> bytes:
+        return self.inner.forced_bytes()
+
+    def forced(self) -> list[int]:
+        return self.inner.forced()
+
+    def count_forced(self, tokens: Sequence[int]) -> int:
+        return self.inner.count_forced(tokens)
+
+    # -- state changes ----------------------------------------------------------------------------
+
+    def advance(self, token: int) -> None:
+        self.inner.advance(token)
+        text = self._after(token)
+        if text is None:
+            self.inner.rollback(1)
+            raise InvalidTokenError(
+                f"token {token} after {self.n_tokens} tokens: it completes a duplicate key or a "
+                f"repeated unique item"
+            )
+        self._texts.append(text)
+
+    def advance_many(self, tokens: Sequence[int]) -> None:
+        advance_many(self, tokens)
+
+    def rollback(self, n: int = 1) -> None:
+        self.inner.rollback(n)
+        if n:
+            del self._texts[-n:]
+
+    def fork(self) -> TextChecked:
+        return TextChecked(self.inner.fork(), self.text_check, self.vocab, list(self._texts))
+
+    # -- the check ---------------------------------------------------------------------------------
+
+    def _allows(self, token: int) -> bool:
+        """The check lets `token` through (only tokens it names as risky are fed)."""
+        risky = self.text_check.risky(self._texts[-1])
+        data = self.vocab.token_bytes(token)
+        if risky is None or not data or not self.text_check.selects(risky, data):
+            return True
+        return self._after(token) is not None
+
+    def _after(self, token: int):
+        """The check's state after `token` (None: it breaks the check), remembered for the
+        tokens asked in the current state, so `advance` after `check` feeds it once."""
+        here = self._texts[-1]
+        fed_here, fed = self._fed
+        if fed_here is not here:
+            fed = {}
+            self._fed = (here, fed)
+        elif token in fed:
+            return fed[token]
+        data = self.vocab.token_bytes(token)
+        after = fed[token] = self.text_check.feed(here, data) if data else here
+        return after
+
+    def __repr__(self) -> str:
+        return f"TextChecked({self.inner!r})"
+
+
+def selected_tokens(vocab: Vocabulary, text_check: TextCheck, selector: Hashable) -> np.ndarray:
+    """Ids of the text tokens `selector` names (see `TextCheck`), kept by the vocabulary.
+
+    A ``("prefixes", rests, inner)`` selector is read off the token trie (the tokens starting
+    with one of `rests`, plus those `inner` selects); any other asks the check of each token."""
+    selections: BoundedCache = vocab.derived.get_or_build(
+        ("text-check selections",), lambda: BoundedCache(_SELECTIONS_KEPT)
+    )
+    key = (type(text_check), selector)
+    found = selections.get(key)
+    if found is None:
+        if selector[0] == "prefixes":
+            _, rests, inner = selector
+            prefixed = [vocab.trie.tokens_with_prefix(rest) for rest in rests]
+            found = np.unique(
+                np.concatenate([selected_tokens(vocab, text_check, inner), *prefixed])
+            )
+        else:
+            found = np.array(
+                [
+                    t
+                    for t in range(vocab.size)
+                    if (text := vocab.token_bytes(t)) and text_check.selects(selector, text)
+                ],
+                dtype=np.int64,
+            )
+        selections[key] = found
+    return found
