@@ -5,13 +5,13 @@
     outs = gen.batch(["...", "..."])             # all prompts advance in one forward per step
     for piece in gen.stream("..."): print(piece, end="")
 
-`generate()`, `stream()` and `smc()` are the one-call forms.
+`generate()`, `stream()` and `smc()` are the one-call forms. Every call is a `Run` of the one
+decoding loop (`constrain.decoding`), whatever the sampler, speculation or batch.
 """
 
 from __future__ import annotations
 
 import codecs
-import json
 import os
 import random
 import time
@@ -20,33 +20,47 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
 import numpy as np
 import torch
 
+from constrain import decoding
+from constrain.constraints import ConstraintSpec
+from constrain.decoding import SMC, Deadline, DecodeStats, DecodingConfig, SMCResult, WeightedText
+from constrain.engine.grammar import Grammar
 from constrain.errors import ConstrainError
-from constrain.jsonschema.grammar import Grammar
-from constrain.jsonschema.types import schema_from_type
-from constrain.jsonschema.validation import draft_validator
-from constrain.jsonschema.values import value_from_json
-from constrain.processors import Processor, ProcessorStack
+from constrain.models.base import LanguageModel
+from constrain.processors import ProcessorStack
 from constrain.processors.bound import BoundStack
-from constrain.samplers import TokenSampler, token_sampler
-from constrain.samplers.asap import ASAp
-from constrain.samplers.sequence import Particle, StepStats, steps
-from constrain.samplers.smc import SMC, SMCResult, WeightedText
-from constrain.specs import constraint_for
-from constrain.speculative import Speculative, SpeculativeStats, decode_speculative
 
 __all__ = [
     "GenerationResult",
     "GenerationStats",
     "Generator",
+    "SpeculativeStats",
     "TextStream",
     "generate",
     "smc",
     "stream",
 ]
+
+
+@dataclass
+class SpeculativeStats:
+    """What speculation did: target forwards, drafted and kept tokens by source."""
+
+    target_forwards: int = 0
+    emitted: int = 0
+    drafted: dict[str, int] = field(default_factory=dict)
+    kept: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def acceptance(self) -> float:
+        drafted = sum(self.drafted.values())
+        return sum(self.kept.values()) / drafted if drafted else float("nan")
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.emitted / self.target_forwards if self.target_forwards else float("nan")
 
 
 @dataclass
@@ -66,7 +80,7 @@ class GenerationStats:
     masks: int = 0  # full masks used (LCD: one per step; AWRS: only its fallbacks)
     forced: int = 0  # tokens whose bytes the grammar forced
     total_s: float = 0.0
-    decode_s: float = 0.0  # from the first step to the end (speculative decoding)
+    decode_s: float = 0.0  # from the first step to the end
     speculative: SpeculativeStats | None = None  # drafts, acceptance, tokens per forward
 
     @property
@@ -118,50 +132,20 @@ class Generator:
     """A model bound to a constraint and decoding settings: compile once, generate many times.
 
     Args:
-        model: a loaded model (`constrain.load_model()`, or any model with the stream API).
+        model: a loaded model (`cn.load_model()`, `cn.from_transformers(...)`, a toy model).
         regex / choices / grammar / schema / type: the constraint (at most one; none means
-            free text). `grammar` is a `Grammar`, a library grammar name ("json", "sql", ...), a
-            ``.lark`` path or Lark grammar text; `schema` a JSON Schema (dict, bool or JSON
-            text); `type` a Python type (`Grammar.from_type`). Compiled constraints are cached
-            per vocabulary by their specification.
+            free text), see `ConstraintSpec`. Compiled constraints are kept per vocabulary by
+            their specification.
         schema_options: options of `Grammar.from_json_schema` (`whitespace`, `any_order`, ...).
-        sampler: "awrs" (default: adaptive weighted rejection sampling, a few checks per
-            token), "lcd" (a full mask per state), "awrs-two-pass", a token sampler object,
-            `cn.SMC(...)` (particles; the result is drawn from the weighted particles) or a
-            `cn.ASAp()` (grammar-aligned; reuse the object across calls).
-        processors: the logits-processor stack (`cn.CFG`, `cn.Contrastive`, model arithmetic
-            formulas `cn.M(...)`, `cn.CyclicReflex`, warpers such as `cn.TopP`, any
-            transformers processor in `cn.HFProcessor`), applied in stage order: control ->
-            constraint -> temperature -> truncation.
-        max_tokens: generation stops after this many tokens (EOS not counted); if the text is
-            not complete by then, `finish_reason == "length"` and `complete` is False.
-        fit_max_tokens: near the end of `max_tokens`, allow only tokens after which a shortest
-            completion of the text still fits (default True), so the text is closed within the
-            budget instead of being cut open. A strengthening of the constraint: every text it
-            allows is in the language. Applies to token samplers (not SMC or ASAp).
-        temperature: softmax temperature; `greedy=True` takes the most likely allowed token.
-        chat / system: apply the chat template (default: when the tokenizer has one), and an
-            optional system message.
-        timeout: seconds of decoding after which generation stops with finish reason
-            "timeout" (checked between steps; token samplers only). With `fit_max_tokens`,
-            the time left also bounds the token budget, so the text is closed in time.
-        speculative: `cn.Speculative(...)`: draft tokens (grammar-forced, prompt lookup, a
-            draft model) verified in one target forward; the output distribution is exactly
-            the non-speculative one (greedy: the same tokens). A draft model's positions are
-            verified against the full masked distribution (LCD's weight); elsewhere the token
-            sampler draws as usual.
-        backtracks: how many tokens a generation may undo at dead ends (default 32). A
-            constraint checked on the text (uniqueItems over open-ended items, no duplicate
-            keys) can allow a prefix it then closes off, e.g. an array item that can only end
-            as a copy of an earlier one; the last token is then undone and forbidden there.
-            0 makes a dead end fail with `ConstrainError`. The text stays in the language;
-            the sampled distribution is no longer exactly the constrained one there. Token
-            samplers only: SMC drops dead particles by their weight instead.
+        config: a `DecodingConfig`; `options` (its field names: `sampler`, `processors`,
+            `max_tokens`, `fit_max_tokens`, `temperature`, `greedy`, `timeout`,
+            `speculative`, `backtracks`, `chat`, `system`) replace its fields. See
+            `DecodingConfig` for what each does.
     """
 
     def __init__(
         self,
-        model,
+        model: LanguageModel,
         *,
         regex: str | None = None,
         choices: Sequence[str] | None = None,
@@ -169,55 +153,21 @@ class Generator:
         schema: dict | bool | str | None = None,
         type: Any = None,
         schema_options: Mapping[str, Any] | None = None,
-        sampler: str | TokenSampler | SMC | ASAp = "awrs",
-        processors: Sequence[Processor] = (),
-        max_tokens: int = 256,
-        fit_max_tokens: bool = True,
-        temperature: float = 1.0,
-        greedy: bool = False,
-        chat: bool | None = None,
-        system: str | None = None,
-        timeout: float | None = None,
-        speculative: Speculative | None = None,
-        backtracks: int = 32,
+        config: DecodingConfig | None = None,
+        **options: Any,
     ):
-        if isinstance(sampler, (SMC, ASAp)) and speculative is not None:
-            raise ValueError("speculative decoding works with token samplers, not SMC or ASAp")
-        if isinstance(sampler, (SMC, ASAp)) and greedy:
-            raise ValueError(
-                f"{sampler.__class__.__name__} samples; greedy=True needs a token sampler ('awrs')"
-            )
         self.model = model
+        self.config = DecodingConfig.of(config, **options)
+        self.spec = ConstraintSpec(regex, choices, grammar, schema, type, schema_options)
         t0 = time.perf_counter()
-        self.constraint = constraint_for(
-            model.vocab,
-            regex=regex,
-            choices=choices,
-            grammar=grammar,
-            schema=schema,
-            type=type,
-            schema_options=schema_options,
-        )
+        self.constraint = self.spec.constraint(model.vocab)
         self.compile_s = time.perf_counter() - t0
-        self._validator = _validator(schema, type, (schema_options or {}).get("draft"))
-        self._type = type
-        self._json = schema is not None or type is not None
-        self.sampler = sampler if isinstance(sampler, (SMC, ASAp)) else token_sampler(sampler)
-        self.max_tokens = max_tokens
+        self.stack = ProcessorStack(self.config.processors, self.config.temperature)
         # free text is complete after any token: no budget to fit
-        constrained = any(x is not None for x in (regex, choices, grammar, schema, type))
-        self.fit_max_tokens = fit_max_tokens and constrained
-        self._budget_checked = not self.fit_max_tokens
-        self.temperature = temperature
-        self.stack = ProcessorStack(processors, temperature)
-        self.greedy = greedy
-        self.chat = chat
-        self.system = system
-        self.timeout = timeout
-        self.speculative = speculative
-        self.backtracks = backtracks
-
-    # -- calls -------------------------------------------------------------------------------------
+        self.fits_budget = (
+            self.config.fit_max_tokens and self.spec.kind != "free" and self.config.token_samples
+        )
+        self._budget_checked = not self.fits_budget
 
     def __call__(
         self, prompt: str | Sequence[dict], *, seed: int | None = None
@@ -228,143 +178,162 @@ class Generator:
     def batch(
         self, prompts: Sequence[str | Sequence[dict]], *, seed: int | None = None
     ) -> list[GenerationResult]:
-        """One generation per prompt; with a token sampler, all advance in one batched
-        forward per step."""
-        t_call = time.perf_counter()
-        self._warn_if_nothing_fits()
-        seed = seed if seed is not None else random.getrandbits(63)
-        if isinstance(self.sampler, SMC):
-            return [self._smc(p, seed + i, t_call) for i, p in enumerate(prompts)]
-        if isinstance(self.sampler, ASAp):
-            return [self._asap(p, seed + i, t_call) for i, p in enumerate(prompts)]
-        if self.speculative is not None:
-            return [self._speculate(p, seed + i, t_call) for i, p in enumerate(prompts)]
-        started, options, prefill_s = self._start(prompts, seed)
-        final = started
-        for final in self._steps(started, options):  # noqa: B007 (the last step's particles)
+        """One generation per prompt, all advancing in one batched forward per step."""
+        run = self.start(prompts, seed)
+        for _ in run.steps():
             pass
-        return [self._result(p, t_call, prefill_s) for p in final]
+        return run.results()
 
     def stream(self, prompt: str | Sequence[dict], *, seed: int | None = None) -> TextStream:
-        """The text of one generation as it is produced (token samplers only); the stream's
-        `.result` holds the `GenerationResult` once it is exhausted."""
-        if isinstance(self.sampler, (SMC, ASAp)):
+        """The text of one generation as it is produced (token samplers, with or without
+        speculation); the stream's `.result` holds the `GenerationResult` once it is
+        exhausted."""
+        if not self.config.token_samples:
             raise ValueError("streaming needs a token sampler ('awrs', 'lcd'), not SMC or ASAp")
-        self._warn_if_nothing_fits()
-        return TextStream(self, prompt, seed if seed is not None else random.getrandbits(63))
+        return TextStream(self, prompt, seed)
 
-    # -- internals ---------------------------------------------------------------------------------
+    def start(self, prompts: Sequence[str | Sequence[dict]], seed: int | None = None) -> Run:
+        """The generations of `prompts`, prefilled and ready to step."""
+        self._warn_if_nothing_fits()
+        return Run(self, prompts, seed if seed is not None else random.getrandbits(63))
+
+    def bound_stack(self, prompt: str | Sequence[dict]) -> BoundStack:
+        """The processor stack bound to a generation for `prompt` (its encoded prompt too)."""
+        c = self.config
+        ids = self.model.encode_prompt(prompt, chat=c.chat, system=c.system)
+        return BoundStack(self.stack, self.model, ids, prompt, chat=c.chat, system=c.system)
 
     def _warn_if_nothing_fits(self) -> None:
         """Say before the first generation when the shortest text the automaton finds is
         longer than `max_tokens`: every generation would end with finish reason "length"
         after spending the whole budget. (A warning, not an error: that text is the shortest
-        in bytes, and another spelling could need fewer tokens.) The budget searches that
-        completion at the first step anyway."""
+        in bytes, and another spelling could need fewer tokens.)"""
         if self._budget_checked:
             return
         self._budget_checked = True
         shortest = self.constraint.shortest_tokens()
-        if shortest is not None and shortest > self.max_tokens:
+        max_tokens = self.config.max_tokens
+        if shortest is not None and shortest > max_tokens:
             warnings.warn(
                 f"the shortest text this constraint allows that the engine finds is {shortest} "
-                f"tokens, more than max_tokens={self.max_tokens}: generations will likely end "
+                f"tokens, more than max_tokens={max_tokens}: generations will likely end "
                 f"with finish_reason 'length'; raise max_tokens",
-                stacklevel=4,
+                stacklevel=5,
             )
 
-    def _prompt_ids(self, prompt) -> list[int]:
-        return self.model.encode_prompt(prompt, chat=self.chat, system=self.system)
 
-    def _generator(self, seed: int) -> torch.Generator:
-        return torch.Generator(device=self.model.device).manual_seed(seed)
+class Run:
+    """One call's generations in flight: the sequences (SMC: N particles per prompt), the
+    strategy that steps them, and the counters, from prefill to results."""
 
-    def _bound(self, prompt, prompt_ids: list[int]) -> BoundStack:
-        return BoundStack(
-            self.stack, self.model, prompt_ids, prompt, chat=self.chat, system=self.system
-        )
-
-    def _start(self, prompts, seed: int) -> tuple[list[Particle], dict, float]:
-        """Prefilled particles and the options of `steps` / `decode`."""
-        if len(prompts) > 1 and self.stack.terms:
-            raise ValueError(
-                "processors with auxiliary prompts (CFG, ...) run one prompt at a time"
+    def __init__(self, generator: Generator, prompts: Sequence[str | Sequence[dict]], seed: int):
+        self.t_call = time.perf_counter()
+        self.generator = generator
+        self.seed = seed
+        config = generator.config
+        self.rng = np.random.default_rng(seed)
+        smc = config.sampler if isinstance(config.sampler, SMC) else None
+        torch_seed = int(self.rng.integers(2**63 - 1)) if smc is not None else seed
+        torch_generator = torch.Generator(device=generator.model.device).manual_seed(torch_seed)
+        self.stats = DecodeStats()
+        self.strategy = config.strategy(torch_generator, self.stats, self.rng)
+        budget = config.max_tokens if generator.fits_budget else None
+        self.sequences: list[decoding.Sequence] = []
+        for i, prompt in enumerate(prompts):
+            first = decoding.Sequence.start(
+                generator.model,
+                generator.bound_stack(prompt),
+                generator.constraint.start(budget),
+                backtracks=config.backtracks if config.token_samples else 0,
+                group=i,
             )
-        t0 = time.perf_counter()
-        particles, stack = [], None
-        for prompt in prompts:
-            ids = self._prompt_ids(prompt)
-            stack = self._bound(prompt, ids)
-            particles.append(
-                Particle(
-                    self.model.start(ids),
-                    self.constraint.start(self.max_tokens if self.fit_max_tokens else None),
-                    stack.start_terms(),
-                    backtracks_left=self.backtracks,
-                    max_tokens=self.max_tokens,
-                )
-            )
-        options = dict(
-            max_tokens=self.max_tokens,
-            stack=stack,
-            generator=self._generator(seed),
-            greedy=self.greedy,
-            stats=StepStats(),
-            score_eos=not self.greedy,  # greedy has no weight to complete: save the forward
-        )
-        return particles, options, time.perf_counter() - t0
+            particles = smc.particles if smc is not None else 1
+            self.sequences += [first] + [first.fork() for _ in range(particles - 1)]
+        self.prompts = len(prompts)
+        self.prefill_s = time.perf_counter() - self.t_call
+        self.decode_started = 0.0
 
-    def _steps(self, particles: list[Particle], options: dict) -> Iterator[list[Particle]]:
-        """`steps`, stopped with finish reason "timeout" once `timeout` seconds have passed.
-
-        With `fit_max_tokens`, the time left is also a token budget: each matcher's budget is
-        lowered to the steps that still fit before the deadline (at the recent step time), so
-        the text is closed in time instead of being cut by the timeout.
-        """
-        t0 = time.perf_counter()
-        for current in steps(self.model, particles, self.sampler, **options):
+    def steps(self) -> Iterator[list[decoding.Sequence]]:
+        """Decode to the end, yielding the sequences after every step."""
+        config = self.generator.config
+        timeout = config.timeout
+        deadline = Deadline(timeout, self.generator.fits_budget) if timeout is not None else None
+        self.decode_started = time.perf_counter()
+        for current in decoding.decode(
+            self.sequences,
+            self.strategy,
+            max_tokens=config.max_tokens,
+            stats=self.stats,
+            deadline=deadline,
+        ):
+            self.sequences = current
             yield current
-            if self.timeout is None:
-                continue
-            elapsed = time.perf_counter() - t0
-            if elapsed > self.timeout:
-                for p in current:
-                    if p.running:
-                        p.finish("timeout", f"decoding took more than {self.timeout} s")
-                return
-            if self.fit_max_tokens:
-                for p in current:
-                    p.fit_deadline(elapsed, self.timeout, self.max_tokens)
 
-    def _result(self, particle: Particle, t_call: float, prefill_s: float) -> GenerationResult:
-        if particle.finish_reason == "dead":
-            tail = self.model.vocab.decode(particle.tokens)[-80:]
-            raise ConstrainError(
-                f"generation cannot continue after {len(particle.tokens)} tokens (text ends "
-                f"{tail!r}, {self.backtracks - particle.backtracks_left} of {self.backtracks} "
-                f"backtracks used): {particle.reason}"
-            )
-        complete = particle.matcher.finished()
-        stats = GenerationStats(
-            compile_s=self.compile_s,
-            prefill_s=prefill_s,
-            ttft_s=(particle.first_token_at or time.perf_counter()) - t_call + self.compile_s,
-            token_s=particle.step_s,
-            constraint_s=particle.constraint_s,
-            checks=particle.checks,
-            masks=particle.masks,
-            forced=particle.matcher.count_forced(particle.tokens),
-            total_s=time.perf_counter() - t_call + self.compile_s,
-        )
+    def results(self) -> list[GenerationResult]:
+        """One result per prompt (SMC: a particle drawn by weight, with all particles)."""
+        if isinstance(self.generator.config.sampler, SMC):
+            return [self._smc_result(i) for i in range(self.prompts)]
+        return [self._result(s) for s in self.sequences]
+
+    def smc_result(self, group: int) -> SMCResult:
+        """The particles of prompt `group` with their weights and log marginal likelihood."""
+        return self.strategy.result(group, [s for s in self.sequences if s.group == group])
+
+    def _smc_result(self, group: int) -> GenerationResult:
+        result = self.smc_result(group)
+        chosen = result.choice(np.random.default_rng(self.seed + group)) or result.particles[0]
+        stats = self._stats(self.stats, None)
         return self._finish(
-            particle.tokens, particle.finish_reason, complete, particle.log_weight, stats
+            chosen.tokens,
+            chosen.finish_reason,
+            chosen.complete,
+            result.log_ml,
+            stats,
+            result.particles,
         )
+
+    def _result(self, sequence: decoding.Sequence) -> GenerationResult:
+        if sequence.finish_reason == "dead":
+            backtracks = self.generator.config.backtracks
+            left = sequence.backtracker.left if sequence.backtracker is not None else 0
+            tail = sequence.model.vocab.decode(sequence.tokens)[-80:]
+            raise ConstrainError(
+                f"generation cannot continue after {len(sequence.tokens)} tokens (text ends "
+                f"{tail!r}, {backtracks - left} of {backtracks} backtracks used): {sequence.reason}"
+            )
+        stats = self._stats(sequence.stats, sequence)
+        complete = sequence.matcher.finished()
+        return self._finish(
+            sequence.tokens, sequence.finish_reason, complete, sequence.log_weight, stats
+        )
+
+    def _stats(self, counters: DecodeStats, sequence: decoding.Sequence | None) -> GenerationStats:
+        now = time.perf_counter()
+        compile_s = self.generator.compile_s
+        stats = GenerationStats(
+            compile_s=compile_s,
+            prefill_s=self.prefill_s,
+            ttft_s=(counters.first_token_at or now) - self.t_call + compile_s,
+            token_s=list(counters.step_s),
+            constraint_s=counters.constraint_s,
+            checks=counters.checks,
+            masks=counters.masks,
+            total_s=now - self.t_call + compile_s,
+            decode_s=now - self.decode_started,
+        )
+        if sequence is not None:
+            stats.forced = sequence.matcher.count_forced(sequence.tokens)
+            if self.generator.config.speculative is not None:
+                stats.speculative = SpeculativeStats(
+                    counters.forwards, counters.emitted, dict(counters.drafted), dict(counters.kept)
+                )
+        return stats
 
     def _finish(self, tokens, finish_reason, complete, log_weight, stats, particles=None):
-        text = self.model.vocab.decode(tokens)
+        text = self.generator.model.vocab.decode(tokens)
         return GenerationResult(
             text=text,
-            value=self._value(text) if complete else None,
+            value=self.generator.spec.value(text) if complete else None,
             tokens=list(tokens),
             finish_reason=finish_reason,
             complete=complete,
@@ -373,135 +342,39 @@ class Generator:
             particles=particles,
         )
 
-    def _value(self, text: str) -> Any:
-        """The parsed JSON (an instance of `type=`), validated again as a safety net."""
-        if not self._json:
-            return None
-        data = json.loads(text)
-        error = jsonschema.exceptions.best_match(self._validator.iter_errors(data))
-        if error is not None:  # the compiler promises exactness: this is a bug, say so
-            raise ConstrainError(
-                f"internal error: the output does not validate ({error.message} at "
-                f"{error.json_path}); please report it with the schema: {text[:200]}"
-            )
-        return value_from_json(self._type, data) if self._type is not None else data
-
-    def _smc(self, prompt, seed: int, t_call: float) -> GenerationResult:
-        ids = self._prompt_ids(prompt)
-        result = self.sampler.run(
-            self.model,
-            ids,
-            self.constraint,
-            max_tokens=self.max_tokens,
-            seed=seed,
-            stack=self._bound(prompt, ids),
-        )
-        chosen = result.choice(np.random.default_rng(seed)) or result.particles[0]
-        stats = GenerationStats(
-            compile_s=self.compile_s,
-            token_s=result.stats.step_s,
-            constraint_s=result.stats.constraint_s,
-            checks=result.stats.checks,
-            masks=result.stats.masks,
-            total_s=time.perf_counter() - t_call + self.compile_s,
-        )
-        return self._finish(
-            chosen.tokens,
-            chosen.finish_reason,
-            chosen.complete,
-            result.log_ml,
-            stats,
-            particles=result.particles,
-        )
-
-    def _speculate(self, prompt, seed: int, t_call: float) -> GenerationResult:
-        (particle,), options, prefill_s = self._start([prompt], seed)
-        t0 = time.perf_counter()
-        report = decode_speculative(
-            self.model,
-            particle,
-            options["stack"],
-            self.speculative,
-            self.sampler,
-            prompt_ids=list(options["stack"].prompt_ids),
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            generator=options["generator"],
-            greedy=self.greedy,
-            stats=options["stats"],
-            score_eos=options["score_eos"],
-            timeout=self.timeout,
-            fit_deadline=self.fit_max_tokens,
-        )
-        result = self._result(particle, t_call, prefill_s)
-        result.stats.speculative = report
-        result.stats.decode_s = time.perf_counter() - t0
-        return result
-
-    def _asap(self, prompt, seed: int, t_call: float) -> GenerationResult:
-        ids = self._prompt_ids(prompt)
-        particle = self.sampler.run(
-            self.model,
-            ids,
-            self.constraint,
-            max_tokens=self.max_tokens,
-            generator=self._generator(seed),
-            stack=self._bound(prompt, ids),
-        )
-        return self._result(particle, t_call, 0.0)
-
 
 class TextStream:
     """Iterate over the text of a generation as it is produced; afterwards `.result` holds
     the `GenerationResult`. Pieces are whole UTF-8 characters (a token that ends inside a
     character waits for the next)."""
 
-    def __init__(self, generator: Generator, prompt, seed: int):
-        self._generator = generator
-        self._prompt = prompt
-        self._seed = seed
+    def __init__(self, generator: Generator, prompt: str | Sequence[dict], seed: int | None):
+        self.generator = generator
+        self.prompt = prompt
+        self.seed = seed
         self.result: GenerationResult | None = None
 
     def __iter__(self) -> Iterator[str]:
-        gen = self._generator
-        t_call = time.perf_counter()
-        particles, options, prefill_s = gen._start([self._prompt], self._seed)
+        run = self.generator.start([self.prompt], self.seed)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        vocab = self.generator.model.vocab
         sent = 0
-        vocab = gen.model.vocab
-        for current in gen._steps(particles, options):
-            (particle,) = current
-            fresh = particle.tokens[sent:]
-            sent = len(particle.tokens)
-            piece = decoder.decode(vocab.decode_bytes(fresh))
+        for (sequence,) in run.steps():
+            piece = decoder.decode(vocab.decode_bytes(sequence.tokens[sent:]))
+            sent = len(sequence.tokens)
             if piece:
                 yield piece
         tail = decoder.decode(b"", final=True)
         if tail:
             yield tail
-        self.result = gen._result(particle, t_call, prefill_s)
-
-
-def _validator(schema, type_, draft: str | None = None):
-    """A jsonschema validator for the output (in `draft`, else the schema's own dialect), or
-    None for constraints that are not JSON."""
-    if type_ is not None:
-        schema = schema_from_type(type_)
-    if schema is None:
-        return None
-    if isinstance(schema, str):
-        schema = json.loads(schema)
-    cls = draft_validator(draft) if draft else None
-    if cls is None:
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+        (self.result,) = run.results()
 
 
 # -- one-call forms ---------------------------------------------------------------------------------
 
 
 def generate(
-    model,
+    model: LanguageModel,
     prompt: str | Sequence[dict] | None = None,
     *,
     prompts: Sequence[str | Sequence[dict]] | None = None,
@@ -511,8 +384,9 @@ def generate(
     """Generate for `prompt` (or for each of `prompts`, batched) under a constraint.
 
     `options` are those of `Generator`: ``regex= | choices= | grammar= | schema= | type=``,
-    ``schema_options=``, ``sampler=``, ``max_tokens=``, ``temperature=``, ``greedy=``,
-    ``chat=``, ``system=``. Returns one `GenerationResult`, or a list for `prompts`.
+    ``schema_options=``, ``config=`` and the `DecodingConfig` fields (``sampler=``,
+    ``max_tokens=``, ``temperature=``, ``greedy=``, ``speculative=``, ...). Returns one
+    `GenerationResult`, or a list for `prompts`.
     """
     if (prompt is None) == (prompts is None):
         raise ValueError("pass either prompt or prompts=[...]")
@@ -521,7 +395,7 @@ def generate(
 
 
 def stream(
-    model, prompt: str | Sequence[dict], *, seed: int | None = None, **options
+    model: LanguageModel, prompt: str | Sequence[dict], *, seed: int | None = None, **options: Any
 ) -> TextStream:
     """The text of one generation as it is produced: ``for piece in cn.stream(...)``.
     Options as `generate`; the stream's `.result` is set when it is exhausted."""
@@ -529,28 +403,22 @@ def stream(
 
 
 def smc(
-    model,
+    model: LanguageModel,
     prompt: str | Sequence[dict],
     *,
     particles: int = 8,
     ess_threshold: float = 0.5,
     resampling: str = "stratified",
-    token_sampler: str | TokenSampler = "awrs",
+    token_sampler: str = "awrs",
     seed: int | None = None,
     **options: Any,
 ) -> SMCResult:
     """Sequential Monte Carlo: `particles` weighted generations that together approximate the
     model conditioned on the constraint. Returns `.particles` (text, tokens, normalised
     `weight`, `log_weight`, `finish_reason`), `.log_ml` and `.best`. `options` are those of
-    `Generator` (constraint, `max_tokens`, `temperature`, `chat`, `system`)."""
-    config = SMC(particles, ess_threshold, resampling, token_sampler)
-    generator = Generator(model, sampler=config, **options)
-    ids = generator._prompt_ids(prompt)
-    return config.run(
-        model,
-        ids,
-        generator.constraint,
-        max_tokens=generator.max_tokens,
-        seed=seed,
-        stack=generator._bound(prompt, ids),
-    )
+    `Generator` (constraint, `max_tokens`, `temperature`, `processors`, `chat`, `system`)."""
+    settings = SMC(particles, ess_threshold, resampling, token_sampler)
+    run = Generator(model, sampler=settings, **options).start([prompt], seed)
+    for _ in run.steps():
+        pass
+    return run.smc_result(0)

@@ -198,20 +198,21 @@ def test_deadline_sets_the_budget():
     """The time left becomes a token budget at the recent step time (a step emits at least one
     token, speculative or not), with a margin and a reserve for one slow step, capped by
     max_tokens; it follows the step time both ways (a slow start does not fix it)."""
-    from constrain.samplers.sequence import Particle
+    from constrain.decoding import Deadline, Sequence
 
     constraint = cn.Constraint(cn.Grammar.from_regex("[a-z]+"), _letters_vocab())
-    p = Particle(stream=None, matcher=constraint.start(max_tokens=1000))
-    p.step_s = [0.1] * 8
-    p.fit_deadline(elapsed=57.0, timeout=60.0, cap=1000)
-    assert p.matcher.max_tokens == 15  # (0.85 * 3 s - 1 s reserve) / 0.1 s
-    p.step_s += [0.01] * 8
-    p.fit_deadline(elapsed=57.0, timeout=60.0, cap=1000)
-    assert p.matcher.max_tokens == 154  # 1.55 s at 0.01 s, rounded down
-    p.fit_deadline(elapsed=59.5, timeout=60.0, cap=1000)
-    assert p.matcher.max_tokens == 0  # inside the reserve: close as fast as possible
-    p.fit_deadline(elapsed=30.0, timeout=60.0, cap=1000)
-    assert p.matcher.max_tokens == 1000
+    s = Sequence(None, None, constraint.start(max_tokens=1000), None, [])
+    s.stats.step_s = [0.1] * 8
+    deadline = Deadline(60.0, fit_budget=True)
+    deadline.plan(s, elapsed=57.0)
+    assert s.budget.limit == 15  # (0.85 * 3 s - 1 s reserve) / 0.1 s
+    s.stats.step_s += [0.01] * 8
+    deadline.plan(s, elapsed=57.0)
+    assert s.budget.limit == 154  # 1.55 s at 0.01 s, rounded down
+    deadline.plan(s, elapsed=59.5)
+    assert s.budget.limit == 0  # inside the reserve: close as fast as possible
+    deadline.plan(s, elapsed=30.0)
+    assert s.budget.limit == 1000
 
 
 def _letters_vocab() -> cn.Vocabulary:
@@ -265,63 +266,50 @@ def test_dead_end_backtracks_to_another_item():
     assert out.text == "[true,false]", out.text
 
 
+def _toy_sequence(pattern: str, backtracks: int, max_tokens: int | None = None):
+    """A sequence of a two-token toy model under `pattern`, able to undo `backtracks` times."""
+    from constrain.decoding import Sequence
+    from constrain.models.toy import ToyLM
+    from constrain.processors.bound import BoundStack
+
+    lm = ToyLM(["a", "b"], lambda context: [0.5, 0.5, 0.0])
+    constraint = cn.Constraint(cn.Grammar.from_regex(pattern), lm.vocab)
+    stack = BoundStack.plain(lm, [lm.bos_id])
+    return Sequence.start(lm, stack, constraint.start(max_tokens), backtracks=backtracks)
+
+
 def test_recurring_dead_ends_jump_back_further():
     """A dead end that recurs near the last one doubles how far the next backtrack undoes
     (the way into it may have many spellings); each backtrack forbids the first undone token
     at its position."""
-    from constrain.models.toy import ToyLM
-    from constrain.processors.bound import BoundStack
-    from constrain.samplers.sequence import Particle
-
-    lm = ToyLM(["a", "b"], lambda context: [0.5, 0.5, 0.0])
-    constraint = cn.Constraint(cn.Grammar.from_regex("[ab]{0,20}"), lm.vocab)
-    particle = Particle(lm.start([0]), constraint.start(), backtracks_left=10)
-    stack = BoundStack.plain(lm, [0])
-
-    def write(n: int) -> None:
-        for _ in range(n):
-            particle.matcher.advance(0)
-            particle.tokens.append(0)
-            lm.append(particle.stream, 0)
-
-    write(10)
+    s = _toy_sequence("[ab]{0,20}", backtracks=10)
+    s.emit([0] * 10)
     undone = []
     for _ in range(4):  # the same dead end, reached again each time
-        before = len(particle.tokens)
-        assert particle.backtrack(lm, stack)
-        undone.append(before - len(particle.tokens))
-        assert particle.banned[len(particle.tokens)] == {0}
-        write(before - len(particle.tokens))
+        before = len(s.tokens)
+        assert s.backtracker.recover(s)
+        undone.append(before - len(s.tokens))
+        assert s.backtracker.banned[len(s.tokens)] == {0}
+        s.emit([0] * (before - len(s.tokens)))
     assert undone == [1, 2, 4, 8]
-    write(5)  # far past it: a new dead end undoes one token again
-    assert particle.backtrack(lm, stack) and len(particle.tokens) == 14
+    s.emit([0] * 5)  # far past it: a new dead end undoes one token again
+    assert s.backtracker.recover(s) and len(s.tokens) == 14
 
 
 def test_budget_gives_way_only_up_to_max_tokens():
     """At a dead end where the budget alone blocks, the budget grows (a floor the deadline
     plan keeps) but never past the hard max_tokens; there the dead end undoes a token."""
-    from constrain.models.toy import ToyLM
-    from constrain.processors.bound import BoundStack
-    from constrain.samplers.sequence import Particle
+    from constrain.decoding import Deadline
 
-    lm = ToyLM(["a", "b"], lambda context: [0.5, 0.5, 0.0])
-    constraint = cn.Constraint(cn.Grammar.from_regex("a{0,10}b"), lm.vocab)
-    particle = Particle(
-        lm.start([0]), constraint.start(max_tokens=3), backtracks_left=5, max_tokens=4
-    )
-    stack = BoundStack.plain(lm, [0])
-    for _ in range(2):
-        particle.matcher.advance(0)
-        particle.tokens.append(0)
-        lm.append(particle.stream, 0)
-    assert particle.backtrack(lm, stack)  # grows by at most 8 tokens, here up to the limit
-    assert len(particle.tokens) == 2 and particle.matcher.max_tokens == 4
-    particle.step_s = [0.1] * 8
-    particle.fit_deadline(elapsed=59.9, timeout=60.0, cap=4)  # no time left: the floor holds
-    assert particle.matcher.max_tokens == 4
-    particle.matcher.advance(0)
-    particle.tokens.append(0)
-    lm.append(particle.stream, 0)
-    assert particle.backtrack(lm, stack)  # at the limit: undo instead
-    assert len(particle.tokens) == 2 and particle.banned[2] == {0}
-    assert particle.matcher.max_tokens == 4
+    s = _toy_sequence("a{0,10}b", backtracks=5, max_tokens=4)
+    s.budget.set_limit(3)
+    s.emit([0, 0])
+    assert s.backtracker.recover(s)  # grows by at most 8 tokens, here up to the limit
+    assert len(s.tokens) == 2 and s.budget.limit == 4
+    s.stats.step_s = [0.1] * 8
+    Deadline(60.0, fit_budget=True).plan(s, elapsed=59.9)  # no time left: the floor holds
+    assert s.budget.limit == 4
+    s.emit([0])
+    assert s.backtracker.recover(s)  # at the limit: undo instead
+    assert len(s.tokens) == 2 and s.backtracker.banned[2] == {0}
+    assert s.budget.limit == 4

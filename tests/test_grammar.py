@@ -45,7 +45,7 @@ def _tokens(vocab: Vocabulary, text: str) -> list[int] | None:
     """Tokens spelling `text` exactly: the tokenizer's, else greedy longest match (SmolLM2's
     tokenizer drops some unassigned characters); None when the vocabulary cannot spell it (no
     token for some control bytes)."""
-    
+
     tokens = vocab.encode_bytes(text.encode())
     return tokens if vocab.decode_bytes(tokens) == text.encode() else None
 

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import constrain as cn
+from constrain.decoding import DecodeStats, Sampling, Sequence, forward
 from constrain.processors import ProcessorStack, Step
 from constrain.processors.bound import BoundStack
 from constrain.processors.guidance import jensen_shannon
 from constrain.processors.reflection import triangle
 from constrain.samplers import LCD
-from constrain.samplers.sequence import Particle, StepStats, advance
 
 STEP = Step(prefix=(3, 1), prompt_ids=(0,))
 
@@ -288,38 +288,24 @@ def test_term_streams_batch_and_roll_back_with_the_sequence(tiny_model):
     c = cn.Constraint(cn.Grammar.from_regex(r"[a-z]{40}"), tiny_model.vocab)
 
     def fresh(tokens):
-        p = Particle(tiny_model.start(list(stack.prompt_ids)), c.start(), stack.start_terms())
-        for t in tokens:
-            p.matcher.advance(t)
-            p.tokens.append(t)
-            tiny_model.append(p.stream, t)
-            tiny_model.append(p.terms[0], t)
-        return p
+        s = Sequence.start(tiny_model, stack, c.start())
+        s.emit(tokens)
+        return s
 
-    particles = [fresh([]), fresh([])]
-    gen = torch.Generator().manual_seed(0)
+    def rows(s):
+        ((main, (uncond,)),) = forward([s])
+        return main[-1], uncond[-1]
+
+    sequences = [fresh([]), fresh([])]
+    sampling = Sampling(LCD(), torch.Generator().manual_seed(0), DecodeStats())
     for _ in range(4):
-        advance(
-            tiny_model,
-            particles,
-            LCD(),
-            stack=stack,
-            generator=gen,
-            greedy=False,
-            stats=StepStats(),
-        )
-    p = particles[0]
-    ((main, (uncond,)),) = stack.rows([p.stream], [p.terms])
-    ref = fresh(list(p.tokens))
-    ((main_ref, (uncond_ref,)),) = stack.rows([ref.stream], [ref.terms])
-    torch.testing.assert_close(main, main_ref, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(uncond, uncond_ref, atol=1e-4, rtol=1e-4)
-    p.rollback(2, tiny_model, stack)
-    ((main, (uncond,)),) = stack.rows([p.stream], [p.terms])
-    ref = fresh(list(p.tokens))
-    ((main_ref, (uncond_ref,)),) = stack.rows([ref.stream], [ref.terms])
-    torch.testing.assert_close(main, main_ref, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(uncond, uncond_ref, atol=1e-4, rtol=1e-4)
+        sampling.step(sequences)
+    s = sequences[0]
+    for got, want in zip(rows(s), rows(fresh(list(s.tokens)))):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    s.rollback(2)
+    for got, want in zip(rows(s), rows(fresh(list(s.tokens)))):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
 def test_processors_with_a_json_schema_stay_valid(tiny_model):

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 import constrain as cn
+from constrain.decoding.smc import resample
 from constrain.models.toy import ToyLM
 from constrain.samplers import AWRS, LCD
 from constrain.samplers import awrs as awrs_module
-from constrain.samplers.smc import resample
 
 TOKEN_SAMPLERS = {
     "lcd": LCD,

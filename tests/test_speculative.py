@@ -168,7 +168,7 @@ def test_speculative_argument_errors(target):
 
 
 def test_choose_layers_measures_agreement_and_cost(tiny_model):
-    from constrain.speculative import choose_layers, expected_speedup
+    from constrain.decoding import choose_layers, expected_speedup
 
     layers, report = choose_layers(
         tiny_model, ["hello there", "a b c"], candidates=[[0], [0, 1]], tokens=6
@@ -205,16 +205,26 @@ def test_greedy_outputs_are_identical_on_the_bundled_model(smollm):
 def test_lookup_draft_ends_at_eos():
     """A prompt-lookup continuation that holds EOS ends the draft there (nothing is drafted
     after the end of the text)."""
-    from constrain.samplers.sequence import Particle
-    from constrain.speculative.engine import _Engine
+    from constrain.decoding import DecodeStats, Sequence, SpeculativeSampling
+    from constrain.processors.bound import BoundStack
+    from constrain.samplers import LCD
 
     lm = ToyLM.uniform(TOKENS, 0.1)
     eos = lm.vocab.eos_ids[0]
-    matcher = cn.Constraint(cn.Grammar.from_regex("(ba)+"), lm.vocab).start()
-    matcher.advance_many([1, 0])  # "ba"
-    particle = Particle(stream=None, matcher=matcher, tokens=[1, 0])
     prompt = [1, 0, eos, 0]  # "b a" once before, followed by EOS
-
-    engine = _Engine(lm, None, cn.Speculative(forced=False, k=8), prompt, 1.0, None)
-    (draft,) = engine.draft(particle, 8, None, greedy=True)
+    constraint = cn.Constraint(cn.Grammar.from_regex("(ba)+"), lm.vocab)
+    s = Sequence.start(lm, BoundStack.plain(lm, prompt), constraint.start())
+    s.emit([1, 0])  # "ba"
+    settings = cn.Speculative(forced=False, k=8)
+    strategy = SpeculativeSampling(
+        settings,
+        LCD(),
+        None,
+        DecodeStats(),
+        greedy=True,
+        scores_eos=False,
+        max_tokens=64,
+        temperature=1.0,
+    )
+    (draft,), _ = strategy.propose(s, 8)
     assert draft.tokens[-1] == eos and draft.final.finished()

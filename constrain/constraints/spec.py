@@ -73,11 +73,13 @@ class ConstraintSpec:
     def __post_init__(self):
         given = [k for k in _KINDS if getattr(self, k) is not None]
         if len(given) > 1:
-            raise ValueError(f"pass at most one constraint, got {', '.join(f'{k}=' for k in given)}")
+            raise ValueError(
+                f"pass at most one constraint, got {', '.join(f'{k}=' for k in given)}"
+            )
 
     @property
     def kind(self) -> str:
-        """"regex", "choices", "grammar", "schema", "type", or "free" (no constraint)."""
+        """ "regex", "choices", "grammar", "schema", "type", or "free" (no constraint)."""
         return next((k for k in _KINDS if getattr(self, k) is not None), "free")
 
     @property
@@ -130,7 +132,9 @@ class ConstraintSpec:
         draft = (self.schema_options or {}).get("draft")
         cls = draft_validator(draft) if draft else None
         if cls is None:
-            cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+            cls = jsonschema.validators.validator_for(
+                schema, default=jsonschema.Draft202012Validator
+            )
         return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
     def value(self, text: str) -> Any:

@@ -1,7 +1,6 @@
-"""Samplers: token samplers (LCD, AWRS) and sequence samplers (SMC, ASAp).
-
-Token samplers draw one token under a Matcher and return a properly weighted log-weight
-(`constrain.samplers.base`); sequence samplers drive whole generations with them.
+"""Token samplers: LCD and AWRS draw one token under a matcher with a properly weighted
+log-weight (`constrain.samplers.base`). Whole generations (plain, speculative, SMC, ASAp) are
+strategies of the decoding loop, in `constrain.decoding`.
 """
 
 from constrain.samplers.awrs import AWRS

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from constrain.engine.matcher import Matcher
+from constrain.engine.matcher import TokenMatcher
 from constrain.samplers.base import Draw
 from constrain.samplers.lcd import LCD
 
@@ -74,7 +74,7 @@ class AWRS:
     def sample(
         self,
         logprobs: torch.Tensor,
-        matcher: Matcher,
+        matcher: TokenMatcher,
         generator: torch.Generator | None = None,
         *,
         greedy: bool = False,
@@ -143,7 +143,7 @@ class _Checks:
 
     __slots__ = ("matcher", "results", "seconds")
 
-    def __init__(self, matcher: Matcher):
+    def __init__(self, matcher: TokenMatcher):
         self.matcher = matcher
         self.results: dict[int, bool] = {}
         self.seconds = 0.0

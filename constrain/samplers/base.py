@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from constrain.engine.matcher import Matcher
+from constrain.engine.matcher import TokenMatcher
 
 __all__ = ["Draw", "TokenSampler", "categorical"]
 
@@ -47,7 +47,7 @@ class TokenSampler(Protocol):
     def sample(
         self,
         logprobs: torch.Tensor,
-        matcher: Matcher,
+        matcher: TokenMatcher,
         generator: torch.Generator | None = None,
         *,
         greedy: bool = False,

@@ -1,26 +1,23 @@
 """Locally constrained decoding (LCD): mask the disallowed tokens, renormalise, sample.
 
 For next-token log-probabilities ``log p`` and the constraint's allowed set ``A`` (the full mask
-of the Matcher), LCD samples ``t ~ p(t) 1{t in A} / Z`` with ``Z = sum_{t in A} p(t)`` and
+of the matcher), LCD samples ``t ~ p(t) 1{t in A} / Z`` with ``Z = sum_{t in A} p(t)`` and
 returns ``log Z``: the draw is exact and the weight has zero variance. The price is a mask over
-the whole vocabulary at every new automaton state (cached by state, then copied to the device).
+the whole vocabulary at every new automaton state (cached by state, and on the device, by the
+constraint).
 """
 
 from __future__ import annotations
 
 import math
 import time
-import weakref
-from collections import OrderedDict
 
 import torch
 
-from constrain.engine.matcher import Constraint, Matcher
+from constrain.engine.matcher import TokenMatcher
 from constrain.samplers.base import Draw, categorical
 
 __all__ = ["LCD"]
-
-_DEVICE_MASKS_PER_CONSTRAINT = 256  # masks kept on the device per constraint (least recent out)
 
 
 class LCD:
@@ -28,38 +25,16 @@ class LCD:
 
     name = "lcd"
 
-    def __init__(self) -> None:
-        self._device_masks: weakref.WeakKeyDictionary[Constraint, OrderedDict] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def device_mask(self, matcher: Matcher, device: torch.device) -> torch.Tensor:
-        """The matcher's mask as a bool tensor on `device` (cached by `Matcher.mask_key`)."""
-        state = matcher.mask_key()
-        if state is None:
-            return torch.from_numpy(matcher.mask().copy()).to(device)
-        cache = self._device_masks.setdefault(matcher.constraint, OrderedDict())
-        key = (state, device)
-        mask = cache.get(key)
-        if mask is None:
-            mask = torch.from_numpy(matcher.mask().copy()).to(device)
-            cache[key] = mask
-            if len(cache) > _DEVICE_MASKS_PER_CONSTRAINT:
-                cache.popitem(last=False)
-        else:
-            cache.move_to_end(key)
-        return mask
-
     def sample(
         self,
         logprobs: torch.Tensor,
-        matcher: Matcher,
+        matcher: TokenMatcher,
         generator: torch.Generator | None = None,
         *,
         greedy: bool = False,
     ) -> Draw:
         t0 = time.perf_counter()
-        mask = self.device_mask(matcher, logprobs.device)
+        mask = matcher.constraint.device_mask(matcher, logprobs.device)
         spent = time.perf_counter() - t0
         masked = logprobs.masked_fill(~mask[: logprobs.shape[-1]], -math.inf)
         if greedy:

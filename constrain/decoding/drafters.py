@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from constrain.engine.matcher import Matcher
+from constrain.engine.matcher import TokenMatcher
 from constrain.samplers.base import categorical
 
 __all__ = ["Draft", "ModelDrafter", "lookup_continuations"]
@@ -28,12 +28,12 @@ class Draft:
     """Drafted tokens after a sequence, each with the matcher *before* it and the
     log-distribution it was drawn from (None: a deterministic guess, a point mass)."""
 
-    final: Matcher  # the matcher after the last drafted token
+    final: TokenMatcher  # the matcher after the last drafted token
     # an unmasked draft model's last token when the constraint forbids it: not verified, but
     # its distribution makes the replacement at that position come from norm((p~ - q~)+)
     refused: tuple[int, torch.Tensor] | None = None
     tokens: list[int] = field(default_factory=list)
-    matchers: list[Matcher] = field(default_factory=list)
+    matchers: list[TokenMatcher] = field(default_factory=list)
     proposals: list[torch.Tensor | None] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)  # "forced", "lookup", "model"
     forced: list[bytes] = field(default_factory=list)  # what the grammar forced there (or b"")

@@ -29,13 +29,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from constrain.engine.matcher import Constraint
-from constrain.processors.bound import BoundStack
-from constrain.samplers.base import categorical
-from constrain.samplers.lcd import LCD
-from constrain.samplers.sequence import Particle, StepStats
+from constrain.decoding.loop import Sampling
+from constrain.decoding.sequence import DecodeStats, Sequence
+from constrain.samplers.base import Draw, categorical
 
-__all__ = ["ASAp"]
+__all__ = ["ASAp", "ASApSampling"]
 
 _FORMAT = "constrain.asap/1"
 
@@ -60,7 +58,7 @@ class ASAp:
     model conditioned on the constraint.
 
     Use one ASAp object per (model, prompt, constraint, temperature) and call
-    ``cn.generate(..., sampler=asap)`` (or `run`) repeatedly; `save` / `load` keep its trie.
+    ``cn.generate(..., sampler=asap)`` repeatedly; `save` / `load` keep its trie.
     """
 
     name = "asap"
@@ -69,85 +67,16 @@ class ASAp:
         self.root = _Node()
         self.samples = 0
         self.signature: dict | None = None
-        self._lcd = LCD()
 
-    # -- sampling --------------------------------------------------------------------------------
-
-    def run(
-        self,
-        model,
-        prompt_ids: list[int],
-        constraint: Constraint,
-        *,
-        max_tokens: int = 256,
-        temperature: float = 1.0,
-        generator: torch.Generator | None = None,
-        stats: StepStats | None = None,
-        stack: BoundStack | None = None,
-    ) -> Particle:
-        """Draw one sample and tighten the trie with it (`stack`: the processors bound to
-        this generation; default: only `temperature`; truncation warpers are refused)."""
-        stack = stack if stack is not None else BoundStack.plain(model, prompt_ids, temperature)
-        self._bind(model, prompt_ids, constraint, repr(stack.stack))
-        if stack.truncates:
-            raise ValueError("ASAp needs the full constrained distribution: no truncation warpers")
-        stats = stats if stats is not None else StepStats()
-        particle = Particle(model.start(prompt_ids), constraint.start(), stack.start_terms())
-        node, path = self.root, [self.root]
-        eos_ids = set(model.vocab.eos_ids)
-        for _ in range(max_tokens):
-            ((main, term_rows),) = stack.rows([particle.stream], [particle.terms])
-            stats.forwards += 1
-            row = stack.after_constraint(
-                stack.before_constraint(main, term_rows, particle.tokens), particle.tokens
-            )
-            token = self._draw(node, row, particle, generator)
-            stats.draws += 1
-            stats.masks += 1
-            if token is None:
-                particle.log_weight = -math.inf
-                particle.finish("dead", "every allowed token has probability 0")
-                break
-            if token not in node.children:
-                node.children[token] = (float(row[token]), _Node())
-            node = node.children[token][1]
-            path.append(node)
-            particle.matcher.advance(token)
-            if token in eos_ids:
-                particle.finish("stop")
-                break
-            particle.tokens.append(token)
-            model.append(particle.stream, token)
-            for term_model, term_stream in zip(stack.term_models, particle.terms):
-                if term_stream is not None:
-                    term_model.append(term_stream, token)
-        else:
-            complete = particle.matcher.accepting()
-            particle.finish("length", "" if complete else "max_tokens reached before the end")
-        for visited in reversed(path):
-            visited.update()
-        self.samples += 1
-        return particle
-
-    def _draw(self, node: _Node, row: torch.Tensor, particle: Particle, generator) -> int | None:
-        """A token in proportion to p(t | u) theta(u t) over the allowed tokens."""
-        mask = self._lcd.device_mask(particle.matcher, row.device)
-        scores = row.double().masked_fill(~mask[: row.shape[-1]], -math.inf)
-        if node.log_z is None:
-            node.log_z = float(torch.logsumexp(scores, dim=-1))
-        for token, (_, child) in node.children.items():
-            scores[token] += math.log(child.theta) if child.theta > 0 else -math.inf
-        token, _ = categorical(scores, generator)
-        return token if token >= 0 else None
-
-    def _bind(self, model, prompt_ids, constraint: Constraint, processors: str) -> None:
-        grammar = constraint.grammar
+    def bind(self, sequence: Sequence) -> None:
+        """Check that `sequence` samples what this trie describes (the first one sets it)."""
+        grammar = sequence.matcher.constraint.grammar
         signature = {
-            "model": getattr(model, "name", ""),
-            "vocab_size": model.vocab.size,
-            "prompt_ids": list(prompt_ids),
+            "model": getattr(sequence.model, "name", ""),
+            "vocab_size": sequence.model.vocab.size,
+            "prompt_ids": list(sequence.stack.prompt_ids),
             "grammar": f"{grammar.kind}:{grammar.source}",
-            "processors": processors,  # temperature included
+            "processors": repr(sequence.stack.stack),  # temperature included
         }
         if self.signature is None:
             self.signature = signature
@@ -211,3 +140,43 @@ class ASAp:
         asap = cls()
         asap.root, asap.samples, asap.signature = nodes[0], data["samples"], data["signature"]
         return asap
+
+
+class ASApSampling(Sampling):
+    """Each sequence draws from ``p(t | u) theta(u t)`` over the allowed tokens, following its
+    path in the trie; an ended sequence tightens theta along its path. Samples are unweighted
+    (log-weight 0, -inf when dead)."""
+
+    def __init__(self, asap: ASAp, generator: torch.Generator | None, stats: DecodeStats):
+        super().__init__(None, generator, stats, scores_eos=True)
+        self.asap = asap
+        self._paths: dict[int, list[_Node]] = {}  # by id() of the running sequences
+
+    def draw(self, row: torch.Tensor, sequence: Sequence) -> Draw:
+        path = self._paths.get(id(sequence))
+        if path is None:
+            self.asap.bind(sequence)
+            path = self._paths[id(sequence)] = [self.asap.root]
+        node = path[-1]
+        row = sequence.stack.after_constraint(row, sequence.tokens)
+        matcher = sequence.matcher
+        mask = matcher.constraint.device_mask(matcher, row.device)[: row.shape[-1]]
+        scores = row.double().masked_fill(~mask, -math.inf)
+        if node.log_z is None:
+            node.log_z = float(torch.logsumexp(scores, dim=-1))
+        for token, (_, child) in node.children.items():
+            scores[token] += math.log(child.theta) if child.theta > 0 else -math.inf
+        token, _ = categorical(scores, self.generator)
+        if token < 0:
+            return Draw(0, -math.inf, masks=1, reason="every allowed token has probability 0")
+        if token not in node.children:
+            node.children[token] = (float(row[token]), _Node())
+        path.append(node.children[token][1])
+        return Draw(token, 0.0, masks=1)
+
+    def finished(self, sequence: Sequence) -> None:
+        for visited in reversed(self._paths.pop(id(sequence), [])):
+            visited.update()
+        self.asap.samples += 1
+        if sequence.log_weight != -math.inf:
+            sequence.log_weight = 0.0  # at max_tokens the loop weighs EOS: samples are unweighted

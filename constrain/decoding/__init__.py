@@ -1,0 +1,37 @@
+"""The decoding layer: one `Sequence` per generation, one loop, strategies plugged into it.
+
+`decode(sequences, strategy, ...)` runs every generation; `Sampling` (a token sampler per
+step), `SpeculativeSampling` (propose / verify), `SMCSampling` (resample between steps) and
+`ASApSampling` (reweight by a trie) are its strategies, chosen by `DecodingConfig.strategy`.
+"""
+
+from constrain.decoding.asap import ASAp, ASApSampling
+from constrain.decoding.config import DecodingConfig
+from constrain.decoding.layers import choose_layers, expected_speedup
+from constrain.decoding.loop import Sampling, Strategy, decode, forward
+from constrain.decoding.policies import Backtracker, Deadline
+from constrain.decoding.sequence import DecodeStats, Sequence
+from constrain.decoding.smc import SMC, SMCResult, SMCSampling, WeightedText
+from constrain.decoding.speculative import Speculative, SpeculativeSampling
+
+__all__ = [
+    "ASAp",
+    "ASApSampling",
+    "Backtracker",
+    "Deadline",
+    "DecodeStats",
+    "DecodingConfig",
+    "SMC",
+    "SMCResult",
+    "SMCSampling",
+    "Sampling",
+    "Sequence",
+    "Speculative",
+    "SpeculativeSampling",
+    "Strategy",
+    "WeightedText",
+    "choose_layers",
+    "decode",
+    "expected_speedup",
+    "forward",
+]

@@ -1,0 +1,215 @@
+"""Sequential Monte Carlo (SMC) over constrained generations: a strategy of the decoding loop.
+
+Locally constrained decoding samples each token from the allowed part of the model's
+distribution, which over-samples texts whose prefixes left the model little allowed mass. SMC
+targets the model *conditioned on the constraint*, ``p(x | x in L)``: N particles per prompt
+advance together (one batched forward per step for every particle of every prompt), each
+token sampler returns a properly weighted log-weight (LCD's exact ``log Z``, AWRS's unbiased
+estimate), and when a prompt's effective sample size falls below a threshold its particles are
+resampled in proportion to their weights (KV caches and matchers forked), after which every
+weight is reset to the average. Then
+
+* ``log_ml``, the log of the mean final weight, is an unbiased estimate (in exp) of
+  ``Z = sum over texts x in L of p(x EOS)``, the probability the model gives the constraint;
+* the particles with their normalised weights approximate ``p(x | x in L)`` (consistently as
+  N grows).
+
+At `max_tokens`, a particle whose text is complete takes EOS with weight ``log p(EOS)``; the
+others get weight -inf.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from constrain.decoding.loop import Sampling
+from constrain.decoding.sequence import DecodeStats, Sequence
+from constrain.samplers import TokenSampler, token_sampler
+
+__all__ = ["SMC", "SMCResult", "SMCSampling", "WeightedText", "resample"]
+
+_RESAMPLING = ("multinomial", "stratified", "systematic")
+
+
+@dataclass
+class SMC:
+    """Sequential Monte Carlo settings: ``cn.generate(..., sampler=cn.SMC(...))`` or
+    ``cn.smc(...)``.
+
+    Args:
+        particles: number of particles N (per prompt).
+        ess_threshold: resample when the effective sample size falls below this fraction of N
+            (0 never resamples: importance sampling; 1 resamples at every step).
+        resampling: "stratified" (default), "systematic" or "multinomial".
+        token_sampler: "awrs" (default), "lcd", "awrs-two-pass" or a token sampler object.
+    """
+
+    particles: int = 8
+    ess_threshold: float = 0.5
+    resampling: str = "stratified"
+    token_sampler: str | TokenSampler = "awrs"
+
+    def __post_init__(self):
+        if self.particles < 1:
+            raise ValueError(f"particles must be >= 1, got {self.particles}")
+        if not 0 <= self.ess_threshold <= 1:
+            raise ValueError(f"ess_threshold must be in [0, 1], got {self.ess_threshold}")
+        if self.resampling not in _RESAMPLING:
+            raise ValueError(f"resampling must be one of {_RESAMPLING}, got {self.resampling!r}")
+        token_sampler(self.token_sampler)  # an unknown name fails here
+
+
+@dataclass(frozen=True)
+class WeightedText:
+    """One SMC particle's outcome."""
+
+    text: str
+    tokens: list[int]
+    log_weight: float  # unnormalised: the product of its incremental weights
+    weight: float  # normalised over the particles (sums to 1 unless every particle died)
+    finish_reason: str  # "stop", "length" or "dead"
+    complete: bool
+
+
+@dataclass
+class SMCResult:
+    """Every particle with its normalised weight, the log marginal likelihood and statistics.
+
+    Attributes:
+        particles: the final particles.
+        log_ml: unbiased (in exp) estimate of log Z, the log probability of the constraint.
+        ess: the effective sample size before each step's resampling decision.
+        resamples: how many times the particles were resampled.
+        stats: forwards, checks and times across steps (of the whole run: every prompt).
+    """
+
+    particles: list[WeightedText]
+    log_ml: float
+    ess: list[float] = field(default_factory=list)
+    resamples: int = 0
+    stats: DecodeStats = field(default_factory=DecodeStats)
+
+    @property
+    def posterior(self) -> dict[str, float]:
+        """Texts with their total normalised weight (identical texts merged), best first."""
+        merged: dict[str, float] = defaultdict(float)
+        for p in self.particles:
+            if p.weight > 0:
+                merged[p.text] += p.weight
+        return dict(sorted(merged.items(), key=lambda kv: -kv[1]))
+
+    @property
+    def best(self) -> WeightedText | None:
+        """The particle whose text has the largest posterior weight (None if all died)."""
+        posterior = self.posterior
+        if not posterior:
+            return None
+        text = next(iter(posterior))
+        return max((p for p in self.particles if p.text == text), key=lambda p: p.weight)
+
+    def choice(self, generator: np.random.Generator | None = None) -> WeightedText | None:
+        """A particle drawn in proportion to its weight (None if all died)."""
+        weights = np.array([p.weight for p in self.particles])
+        if weights.sum() <= 0:
+            return None
+        rng = generator or np.random.default_rng()
+        return self.particles[int(rng.choice(len(weights), p=weights / weights.sum()))]
+
+    @property
+    def mean_ess(self) -> float:
+        return float(np.mean(self.ess)) if self.ess else float("nan")
+
+
+class SMCSampling(Sampling):
+    """Token sampling for every particle, then each prompt's particles resampled when their
+    effective sample size is low (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: SMC,
+        generator: torch.Generator,
+        stats: DecodeStats,
+        rng: np.random.Generator,
+    ):
+        super().__init__(token_sampler(settings.token_sampler), generator, stats, scores_eos=True)
+        self.settings = settings
+        self.rng = rng
+        self.ess: dict[int, list[float]] = defaultdict(list)  # by prompt (`Sequence.group`)
+        self.resamples: dict[int, int] = defaultdict(int)
+
+    def between_steps(self, sequences: list[Sequence]) -> list[Sequence]:
+        if self.settings.ess_threshold <= 0:
+            return sequences
+        groups: dict[int, list[Sequence]] = defaultdict(list)
+        for s in sequences:
+            groups[s.group].append(s)
+        return [s for group, particles in groups.items() for s in self._resample(group, particles)]
+
+    def _resample(self, group: int, particles: list[Sequence]) -> list[Sequence]:
+        weights = normalised([p.log_weight for p in particles])
+        ess = 1.0 / float(np.sum(weights**2)) if weights.sum() > 0 else 0.0
+        self.ess[group].append(ess)
+        if ess == 0.0 or ess >= self.settings.ess_threshold * len(particles):
+            return particles
+        average = log_mean_exp([p.log_weight for p in particles])
+        self.resamples[group] += 1
+        used: set[int] = set()
+        out = []
+        for a in resample(weights, self.settings.resampling, self.rng).tolist():
+            child = particles[a] if a not in used else particles[a].fork()
+            used.add(a)
+            child.log_weight = average
+            out.append(child)
+        return out
+
+    def result(self, group: int, particles: list[Sequence]) -> SMCResult:
+        """The outcome of one prompt's particles."""
+        weights = normalised([p.log_weight for p in particles])
+        texts = [
+            WeightedText(
+                text=p.model.vocab.decode(p.tokens),
+                tokens=list(p.tokens),
+                log_weight=p.log_weight,
+                weight=float(w),
+                finish_reason=p.finish_reason or "length",
+                complete=p.matcher.finished(),
+            )
+            for p, w in zip(particles, weights)
+        ]
+        log_ml = log_mean_exp([p.log_weight for p in particles])
+        return SMCResult(texts, log_ml, self.ess[group], self.resamples[group], self.stats)
+
+
+def resample(weights: np.ndarray, method: str, rng: np.random.Generator) -> np.ndarray:
+    """Indices of N ancestors drawn in proportion to the normalised `weights`."""
+    n = len(weights)
+    if method == "multinomial":
+        return rng.choice(n, size=n, p=weights)
+    if method == "stratified":
+        points = (np.arange(n) + rng.random(n)) / n
+    elif method == "systematic":
+        points = (np.arange(n) + rng.random()) / n
+    else:
+        raise ValueError(f"resampling must be one of {_RESAMPLING}, got {method!r}")
+    return np.minimum(np.searchsorted(np.cumsum(weights), points, side="right"), n - 1)
+
+
+def log_mean_exp(values: list[float]) -> float:
+    finite = [v for v in values if v != -math.inf]
+    if not finite:
+        return -math.inf
+    top = max(finite)
+    return top + math.log(sum(math.exp(v - top) for v in finite) / len(values))
+
+
+def normalised(log_weights: list[float]) -> np.ndarray:
+    lw = np.array(log_weights, dtype=np.float64)
+    if np.all(lw == -np.inf):
+        return np.zeros(len(lw))
+    w = np.exp(lw - lw.max())
+    return w / w.sum()
