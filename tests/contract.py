@@ -33,20 +33,27 @@ def tokens_to_compare(
     *,
     tokens: Iterable[int] | None = None,
     sample: int | None = None,
+    every_allowed: bool = True,
     seed: int = 0,
 ) -> np.ndarray:
-    """The token ids a contract compares: every id by default, else the given ones or a sample
-    of the refused ones, always with every id the mask allows, the EOS ids and the special ids
-    (a narrowed comparison never skips what the mask lets through)."""
+    """The token ids a contract compares: every id by default, else the given ones and/or
+    `sample` refused ids drawn at random, always with the EOS and special ids, and with every
+    id the mask allows (or, when not `every_allowed`, `sample` of them drawn at random too)."""
     if tokens is None and sample is None:
         return np.arange(vocab.size)
-    chosen = [np.flatnonzero(mask), np.asarray(vocab.eos_ids, dtype=np.int64)]
-    chosen.append(np.asarray(list(vocab.special_ids.values()), dtype=np.int64))
+    chosen = [
+        np.asarray(vocab.eos_ids, dtype=np.int64),
+        np.asarray(list(vocab.special_ids.values()), dtype=np.int64),
+    ]
     if tokens is not None:
         chosen.append(np.asarray(list(tokens), dtype=np.int64))
+    rng = np.random.default_rng(seed)
+    allowed, refused = np.flatnonzero(mask), np.flatnonzero(~mask)
+    if every_allowed:
+        chosen.append(allowed)
+    elif sample is not None:
+        chosen.append(rng.choice(allowed, size=min(sample, len(allowed)), replace=False))
     if sample is not None:
-        refused = np.flatnonzero(~mask)
-        rng = np.random.default_rng(seed)
         chosen.append(rng.choice(refused, size=min(sample, len(refused)), replace=False))
     return np.unique(np.concatenate(chosen)).astype(np.int64)
 
@@ -91,6 +98,7 @@ def assert_mask_matches_checks(
     *,
     tokens: Iterable[int] | None = None,
     sample: int | None = None,
+    seed: int = 0,
     max_tokens: int | None = None,
 ) -> np.ndarray:
     """Assert that `mask` allows exactly the tokens a fresh Constraint's `check` allows after
@@ -107,8 +115,9 @@ def assert_mask_matches_checks(
         vocab: the vocabulary both sides use.
         prefix_tokens: the tokens consumed before the mask.
         mask: the mask under test (bool, shape (vocab.size,)).
-        tokens, sample: compare only these ids, or only `sample` refused ids drawn at random
-            (for the 262k vocabulary); every allowed, EOS and special id is compared anyway.
+        tokens, sample, seed: compare only these ids, or only `sample` refused ids drawn at
+            random with `seed` (for the 262k vocabulary); every allowed, EOS and special id is
+            compared anyway.
         max_tokens: the token budget of both matchers.
     """
     prefix_tokens = list(prefix_tokens)
@@ -123,7 +132,7 @@ def assert_mask_matches_checks(
     assert constraint.cached_states == 0, (
         "the oracle's Constraint cached a mask while advancing: its check would read it"
     )
-    compared = tokens_to_compare(vocab, mask, tokens=tokens, sample=sample)
+    compared = tokens_to_compare(vocab, mask, tokens=tokens, sample=sample, seed=seed)
     wrong = []
     for token in compared.tolist():
         expected = fresh.check(token)
@@ -155,6 +164,7 @@ def assert_mask_matches_regex(
     *,
     tokens: Iterable[int] | None = None,
     sample: int | None = None,
+    seed: int = 0,
 ) -> int:
     """Assert that `mask` after `prefix_tokens` agrees with a regex oracle on every compared
     token whose text is whole UTF-8; returns how many tokens the oracle could judge.
@@ -162,6 +172,8 @@ def assert_mask_matches_regex(
     A text token is allowed iff the text so far plus its bytes is a prefix of a match of
     `pattern`; EOS iff the text so far is a full match; special and padding ids never.
     Tokens leaving the text inside a character are skipped (the oracle reads characters).
+    The oracle costs a few microseconds a token, so `sample` draws that many allowed and
+    that many refused ids (plus EOS and special ids); `tokens` adds ids of your choice.
     """
     prefix_tokens = list(prefix_tokens)
     mask = _checked_mask(mask, vocab)
@@ -171,7 +183,9 @@ def assert_mask_matches_regex(
     except UnicodeDecodeError:
         complete = None
     eos = set(vocab.eos_ids)
-    compared = tokens_to_compare(vocab, mask, tokens=tokens, sample=sample)
+    compared = tokens_to_compare(
+        vocab, mask, tokens=tokens, sample=sample, every_allowed=False, seed=seed
+    )
     wrong, judged = [], 0
     for token in compared.tolist():
         data = vocab.token_bytes(token)
