@@ -5,6 +5,7 @@ from __future__ import annotations
 import lark
 import numpy as np
 import pytest
+from contract import assert_mask_matches_checks
 
 import constrain as cn
 import constrain.grammars as library
@@ -97,15 +98,7 @@ def test_masks_equal_a_brute_force_check_of_every_token(any_vocab: Vocabulary, n
         tokens = _tokens(any_vocab, random_text(grammar.ir, rng, max_depth=5))
     cuts = sorted({0, len(tokens) // 3, (2 * len(tokens)) // 3, len(tokens)})
     for cut in cuts[: 2 if any_vocab.size > 100_000 else 4]:
-        m = cn.Constraint(grammar, any_vocab).start()
-        m.advance_many(tokens[:cut])
-        mask = m.mask()
-        fresh = cn.Constraint(grammar, any_vocab).start()  # no cached masks: check walks bytes
-        fresh.advance_many(tokens[:cut])
-        brute = np.array([fresh.check(i) for i in range(any_vocab.size)], dtype=bool)
-        np.testing.assert_array_equal(
-            mask, brute, err_msg=f"{name} after {any_vocab.decode(tokens[:cut])!r}"
-        )
+        assert_mask_matches_checks(grammar, any_vocab, tokens[:cut])
 
 
 def test_ambiguous_left_recursive_grammar(smollm_vocab: Vocabulary):
