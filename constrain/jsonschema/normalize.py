@@ -65,23 +65,27 @@ __all__ = ["Contents", "InexactSchema", "Normalizer"]
 
 class Contents:
     """Keys of a document's schema objects by content: equal subtrees get equal keys (small
-    ints, so keys hash in constant time)."""
+    ints, so keys hash in constant time). One per compilation (its passes share the keys)."""
 
     def __init__(self):
-        self._of: dict[int, int] = {}  # id(node) -> key (nodes live as long as the document)
+        # id(node) -> (node, key): the entry holds the node, so its id is never reused while
+        # the entry lives (nodes are dicts and lists: they cannot be keys themselves)
+        self._of: dict[int, tuple[Any, int]] = {}
         self._keys: dict[tuple, int] = {}
 
     def of(self, node: Any) -> int:
         found = self._of.get(id(node))
-        if found is None:
-            if isinstance(node, Mapping):
-                shape = ("o", *sorted((str(k), self.of(v)) for k, v in node.items()))
-            elif isinstance(node, list):
-                shape = ("a", *(self.of(v) for v in node))
-            else:  # the type name keeps 1, 1.0 and True apart
-                shape = ("v", type(node).__name__, node)
-            found = self._of[id(node)] = self._keys.setdefault(shape, len(self._keys))
-        return found
+        if found is not None:
+            return found[1]
+        if isinstance(node, Mapping):
+            shape = ("o", *sorted((str(k), self.of(v)) for k, v in node.items()))
+        elif isinstance(node, list):
+            shape = ("a", *(self.of(v) for v in node))
+        else:  # the type name keeps 1, 1.0 and True apart
+            shape = ("v", type(node).__name__, node)
+        key = self._keys.setdefault(shape, len(self._keys))
+        self._of[id(node)] = (node, key)
+        return key
 
 
 class InexactSchema(Exception):
