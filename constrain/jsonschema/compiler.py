@@ -77,8 +77,8 @@ class _Emitter:
         self.max_depth = 64
         self.rules: list[Rule] = []
         self.lexemes: dict[str, Lexeme] = {}
-        self.names: dict[tuple, str] = {}
-        self.scalar_lexemes: dict[int, str] = {}
+        self.names: dict[tuple, str] = {}  # (shape, depth) or ("text", lengths) -> nonterminal
+        self.scalar_lexemes: dict[ByteDFA, str] = {}  # by identity (the lexeme holds the DFA)
         self.defined: set[str] = set()
         self.notes: list[str] = []  # narrowings worth a warning
 
@@ -108,9 +108,9 @@ class _Emitter:
         return name
 
     def dfa_lexeme(self, hint: str, dfa: ByteDFA) -> str:
-        name = self.scalar_lexemes.get(id(dfa))
+        name = self.scalar_lexemes.get(dfa)
         if name is None:
-            name = self.scalar_lexemes[id(dfa)] = f"R{len(self.lexemes)}_{hint}"
+            name = self.scalar_lexemes[dfa] = f"R{len(self.lexemes)}_{hint}"
             self.lexemes[name] = Lexeme(name, dfa.pattern[:80], automaton=dfa)
         return name
 
@@ -152,7 +152,7 @@ class _Emitter:
     # -- values ---------------------------------------------------------------------------------
 
     def value(self, shape: Shape, depth: int) -> str:
-        key = (id(shape), depth if self.indent is not None else 0)
+        key = (shape, depth if self.indent is not None else 0)
         name = self.names.get(key)
         if name is not None:
             return name
