@@ -661,3 +661,58 @@ def test_a_few_keys_of_a_region_become_named_properties(smollm_vocab):
     m = anywhere.start()
     m.advance_many(smollm_vocab.encode('{"c":1,"b":2,"a":3'))
     assert not m.check(smollm_vocab.encode(",")[0])
+
+
+def _ir_text(schema) -> tuple:
+    """A compiled schema's grammar as plain data: rules, then lexeme names and patterns."""
+    from constrain.jsonschema.compiler import compile_schema
+
+    ir, _ = compile_schema(schema)
+    return (
+        tuple((r.lhs, r.rhs) for r in ir.rules),
+        tuple((name, lexeme.pattern) for name, lexeme in ir.lexemes.items()),
+    )
+
+
+def test_compilations_in_threads_give_the_grammars_they_give_alone():
+    """Each compilation owns its shape algebra (memos, deferred work, deadline): compiling in
+    several threads at once changes nothing."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    schemas = [
+        {"$defs": {"t": {"type": "object", "properties": {"kids": {"items": {"$ref": "#/$defs/t"}}}}},
+         "$ref": "#/$defs/t"},
+        {"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 3}]},
+        {"if": {"properties": {"k": {"const": "a"}}}, "then": {"required": ["x"]},
+         "else": {"not": {"required": ["y"]}}},
+        {"type": "object", "patternProperties": {"^a": {"type": "string", "maxLength": 3}},
+         "additionalProperties": {"type": "boolean"}},
+        {"type": "array", "contains": {"enum": [1, 2]}, "minContains": 2, "maxItems": 4},
+    ]  # fmt: skip
+    alone = [_ir_text(s) for s in schemas]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(_ir_text, schemas * 4))
+    assert together == alone * 4
+
+
+def test_shape_algebra_memo_belongs_to_its_compilation():
+    """Results are memoised per `ShapeAlgebra` (either operand order), live as long as it
+    does, and its deadline is its own."""
+    import gc
+    import weakref
+
+    from constrain.jsonschema.algebra import CompileTimeout, ShapeAlgebra
+    from constrain.jsonschema.shapes import keys_dfa, only
+
+    x, y = only(scalars=keys_dfa(["a", "b"])), only(scalars=keys_dfa(["b", "c"]))
+    algebra = ShapeAlgebra()
+    both = algebra.intersect(x, y)
+    assert both.scalars.matches(b'"b"') and not both.scalars.matches(b'"a"')
+    assert algebra.intersect(y, x) is both
+    assert ShapeAlgebra().intersect(x, y) is not both
+    kept = weakref.ref(both)
+    del algebra, both
+    gc.collect()
+    assert kept() is None
+    with pytest.raises(CompileTimeout):
+        ShapeAlgebra(deadline=0.0).time_left()

@@ -86,7 +86,8 @@ class JsonChecks:
     def __init__(self, root: Shape | None, validates: bool = False):
         self.root = root
         self.validates = validates  # some value is validated when complete (check sites)
-        self._verdicts: dict[tuple, bool] = {}  # (ids of the shapes, value text) -> passes
+        # (shapes, value text) -> passes; bounded, and the shapes are those of `root`
+        self._verdicts: dict[tuple[tuple[Shape, ...], bytes], bool] = {}
         self.start = _State(_VALUE, (), b"", False, ())
 
     # -- the text check interface -------------------------------------------------------------
@@ -261,7 +262,7 @@ class JsonChecks:
             found = (o.lookup(top.key).value for o in top.shapes)
         else:
             found = (a.item(top.index) for a in top.shapes)
-        return tuple({id(s): s for s in found}.values())
+        return tuple(dict.fromkeys(found))  # shapes hash by identity
 
     def _key_done(self, state: _State, text: bytes) -> _State | None:
         top = state.frames[-1]
@@ -299,7 +300,7 @@ class JsonChecks:
         """The value `text` passes the checks of one of the shapes it may have (several when
         the schema has alternatives there: the check site around them decides). Remembered: a
         mask completes the same value with every token that closes it the same way."""
-        key = (tuple(map(id, shapes)), text)
+        key = (shapes, text)
         verdict = self._verdicts.get(key)
         if verdict is None:
             value = json.loads(text)
@@ -363,13 +364,13 @@ def checks_for(root: Shape) -> JsonChecks | None:
     repeat), no array must be unique and no value is validated (check sites); shapes are
     followed only if some array must be unique or some value validated."""
     unique = extra = checked = False
-    seen: set[int] = set()
+    seen: set[Shape] = set()
     todo = [root]
     while todo:
         shape = todo.pop()
-        if id(shape) in seen:
+        if shape in seen:
             continue
-        seen.add(id(shape))
+        seen.add(shape)
         checked = checked or bool(shape.checks)
         for a in shape.arrays:
             unique = unique or a.unique

@@ -30,7 +30,7 @@ from constrain.engine.regex import (
     repeat_unit,
 )
 from constrain.errors import UnsupportedSchemaError
-from constrain.jsonschema import shapes
+from constrain.jsonschema.algebra import CompileTimeout, ShapeAlgebra
 from constrain.jsonschema.checks import JsonChecks, checks_for
 from constrain.jsonschema.normalize import Contents, InexactSchema, Normalizer
 from constrain.jsonschema.shapes import (
@@ -42,8 +42,7 @@ from constrain.jsonschema.shapes import (
     Prop,
     Shape,
     ShapeUnsupported,
-    complement,
-    intersect,
+    dfa_strings,
     key_text,
 )
 from constrain.jsonschema.validation import DRAFTS, draft_validator, sites_reaching
@@ -59,9 +58,18 @@ _MAX_SITES = 64  # schema objects validated on the value (check sites) per schem
 
 
 class _Emitter:
-    """Writes shapes as rules; one nonterminal per (shape, depth)."""
+    """Writes shapes as rules; one nonterminal per (shape, depth). Shapes it needs beyond the
+    normal form (array items split by `contains`) come from the compilation's `algebra`."""
 
-    def __init__(self, whitespace: str | None, indent: int | None, any_order: bool, max_rules: int):
+    def __init__(
+        self,
+        algebra: ShapeAlgebra,
+        whitespace: str | None,
+        indent: int | None,
+        any_order: bool,
+        max_rules: int,
+    ):
+        self.algebra = algebra
         self.ws = whitespace
         self.indent = indent  # pretty printing: exact json.dumps(indent=...) layout
         self.any_order = any_order
@@ -69,8 +77,8 @@ class _Emitter:
         self.max_depth = 64
         self.rules: list[Rule] = []
         self.lexemes: dict[str, Lexeme] = {}
-        self.names: dict[tuple, str] = {}
-        self.scalar_lexemes: dict[int, str] = {}
+        self.names: dict[tuple, str] = {}  # (shape, depth) or ("text", lengths) -> nonterminal
+        self.scalar_lexemes: dict[ByteDFA, str] = {}  # by identity (the lexeme holds the DFA)
         self.defined: set[str] = set()
         self.notes: list[str] = []  # narrowings worth a warning
 
@@ -100,9 +108,9 @@ class _Emitter:
         return name
 
     def dfa_lexeme(self, hint: str, dfa: ByteDFA) -> str:
-        name = self.scalar_lexemes.get(id(dfa))
+        name = self.scalar_lexemes.get(dfa)
         if name is None:
-            name = self.scalar_lexemes[id(dfa)] = f"R{len(self.lexemes)}_{hint}"
+            name = self.scalar_lexemes[dfa] = f"R{len(self.lexemes)}_{hint}"
             self.lexemes[name] = Lexeme(name, dfa.pattern[:80], automaton=dfa)
         return name
 
@@ -144,7 +152,7 @@ class _Emitter:
     # -- values ---------------------------------------------------------------------------------
 
     def value(self, shape: Shape, depth: int) -> str:
-        key = (id(shape), depth if self.indent is not None else 0)
+        key = (shape, depth if self.indent is not None else 0)
         name = self.names.get(key)
         if name is not None:
             return name
@@ -215,7 +223,9 @@ class _Emitter:
             item = a.item(i)
             if not counting:
                 return [(item, 0)]
-            return [(intersect(item, a.contains), 1), (intersect(item, complement(a.contains)), 0)]
+            inside = self.algebra.intersect(item, a.contains)
+            outside = self.algebra.intersect(item, self.algebra.complement(a.contains))
+            return [(inside, 1), (outside, 0)]
 
         comma = self.punctuation(",", depth)
         states: dict[tuple[int, int], str] = {}
@@ -256,7 +266,9 @@ class _Emitter:
         named, regions, n_named = dict(o.named), [], len(o.named)
         for region in o.regions:
             room = _FEW_KEYS if not self.any_order else _MAX_ANY_ORDER - n_named
-            texts = shapes.dfa_strings(region.keys.dfa, room) if room > 0 else None
+            texts = None
+            if room > 0:
+                texts = dfa_strings(self.algebra.key_set_dfa(region.keys), room)
             if texts is None:
                 regions.append(region)
                 continue
@@ -279,7 +291,7 @@ class _Emitter:
         if regions:
             extra = f"{name}_extra"
             for region in regions:
-                key = self.dfa_lexeme("key", region.keys.dfa)
+                key = self.dfa_lexeme("key", self.algebra.key_set_dfa(region.keys))
                 self.add(extra, (key, *colon, self.value(region.value, depth + 1)))
         counting = o.min_props > 0 or o.max_props is not None
         cap = o.max_props if o.max_props is not None else o.min_props
@@ -393,13 +405,13 @@ def compile_schema(
         raise ValueError(f"unknown draft {draft!r}: one of {', '.join(DRAFTS)}")
     pretty = whitespace == "pretty"
     ws = None if pretty else WHITESPACE.get(whitespace, whitespace)
-    emitter = _Emitter(ws, indent if pretty else None, any_order, max_rules)
     try:
         normalizer, root = _normalized(schema, lenient, draft, time.monotonic() + timeout)
+        emitter = _Emitter(normalizer.algebra, ws, indent if pretty else None, any_order, max_rules)
         start = emitter.value(root, 0)
     except ShapeUnsupported as exc:
         raise UnsupportedSchemaError(str(exc), None, "") from None
-    except shapes.CompileTimeout:
+    except CompileTimeout:
         raise UnsupportedSchemaError(
             f"compiling the schema took longer than its limit of {timeout:g} s (timeout=)",
             None,
@@ -424,17 +436,19 @@ def _normalized(
     schema: Any, lenient: bool, draft: str | None, deadline: float
 ) -> tuple[Normalizer, Shape]:
     """The schema's normal form; schema objects the algebra cannot combine exactly become
-    check sites, found one per pass (a schema rarely has more than one or two)."""
+    check sites, found one per pass (a schema rarely has more than one or two). Each pass has
+    its own `ShapeAlgebra` (the normalizer returned holds the last, for the emitter); the
+    passes share the content keys of the schema objects."""
     sites: frozenset[int] = frozenset()
     contents = Contents()
     while True:
-        shapes.fresh(deadline)
+        algebra = ShapeAlgebra(deadline)
         normalizer = Normalizer(
-            schema, lenient=lenient, draft=draft, sites=sites, contents=contents
+            schema, algebra=algebra, lenient=lenient, draft=draft, sites=sites, contents=contents
         )
         try:
             root = normalizer.shape(schema, "")
-            shapes.settle()
+            algebra.settle()
         except InexactSchema as exc:
             if len(sites) >= _MAX_SITES:
                 raise UnsupportedSchemaError(

@@ -30,6 +30,7 @@ from constrain.engine.regex import (
     syntax_chars,
 )
 from constrain.errors import RegexError, UnsupportedSchemaError
+from constrain.jsonschema.algebra import ShapeAlgebra
 from constrain.jsonschema.formats import FORMATS, format_dfa
 from constrain.jsonschema.keywords import SPEC_FORMATS
 from constrain.jsonschema.numbers import (
@@ -53,22 +54,9 @@ from constrain.jsonschema.shapes import (
     Region,
     Shape,
     ShapeUnsupported,
-    complement,
-    dfa_and,
-    dfa_or,
-    dfa_union,
-    difference,
-    disjoint,
-    empty_combination,
-    intersect,
     key_text,
-    later,
     length_dfa,
     only,
-    strings_of,
-    time_left,
-    union,
-    with_check,
 )
 from constrain.jsonschema.validation import Validators
 
@@ -77,23 +65,27 @@ __all__ = ["Contents", "InexactSchema", "Normalizer"]
 
 class Contents:
     """Keys of a document's schema objects by content: equal subtrees get equal keys (small
-    ints, so keys hash in constant time)."""
+    ints, so keys hash in constant time). One per compilation (its passes share the keys)."""
 
     def __init__(self):
-        self._of: dict[int, int] = {}  # id(node) -> key (nodes live as long as the document)
+        # id(node) -> (node, key): the entry holds the node, so its id is never reused while
+        # the entry lives (nodes are dicts and lists: they cannot be keys themselves)
+        self._of: dict[int, tuple[Any, int]] = {}
         self._keys: dict[tuple, int] = {}
 
     def of(self, node: Any) -> int:
         found = self._of.get(id(node))
-        if found is None:
-            if isinstance(node, Mapping):
-                shape = ("o", *sorted((str(k), self.of(v)) for k, v in node.items()))
-            elif isinstance(node, list):
-                shape = ("a", *(self.of(v) for v in node))
-            else:  # the type name keeps 1, 1.0 and True apart
-                shape = ("v", type(node).__name__, node)
-            found = self._of[id(node)] = self._keys.setdefault(shape, len(self._keys))
-        return found
+        if found is not None:
+            return found[1]
+        if isinstance(node, Mapping):
+            shape = ("o", *sorted((str(k), self.of(v)) for k, v in node.items()))
+        elif isinstance(node, list):
+            shape = ("a", *(self.of(v) for v in node))
+        else:  # the type name keeps 1, 1.0 and True apart
+            shape = ("v", type(node).__name__, node)
+        key = self._keys.setdefault(shape, len(self._keys))
+        self._of[id(node)] = (node, key)
+        return key
 
 
 class InexactSchema(Exception):
@@ -124,21 +116,18 @@ _NEWER_THAN = {
 }
 
 
-def _dfa(pattern: str, **kw) -> ByteDFA:
-    return compile_regex(pattern, timeout=time_left(), **kw)
-
-
 class Normalizer:
     """Turns the schemas of one document into shapes, memoised per content (equal subtrees,
     as in documents with their definitions inlined, are normalised once).
 
-    `sites` holds the `contents` keys of the schema objects validated on the value (check
-    sites)."""
+    `algebra` is the compilation's `ShapeAlgebra` (its operations, memos and deadline); `sites`
+    holds the `contents` keys of the schema objects validated on the value (check sites)."""
 
     def __init__(
         self,
         root: Any,
         *,
+        algebra: ShapeAlgebra,
         lenient: bool = False,
         max_depth: int = 64,
         draft: str | None = None,
@@ -154,6 +143,7 @@ class Normalizer:
             if isinstance(dialect, str) and any(d in dialect for d in names):
                 self.not_keywords = newer
         self.resources = Resources(root, legacy_ids=self.legacy)
+        self.algebra = algebra
         self.lenient = lenient
         self.sites = sites
         self.contents = contents or Contents()
@@ -161,7 +151,7 @@ class Normalizer:
         self._draft = draft
         self.max_depth = max_depth
         self.dropped: list[str] = []
-        self.memo: dict[tuple, Shape] = {}
+        self.memo: dict[tuple, Shape] = {}  # (content key, base, scope) -> shape
         self.pending: dict[tuple, Shape] = {}
         self.used: set[tuple] = set()  # pending placeholders handed out through a cycle
         self.depth = 0
@@ -173,13 +163,17 @@ class Normalizer:
             raise UnsupportedSchemaError(message, keyword, pointer)
         self.dropped.append(f"{keyword} at {pointer or '#'} ({message})")
 
+    def _regex(self, pattern: str, **options) -> ByteDFA:
+        """`pattern` compiled within the compilation's deadline."""
+        return compile_regex(pattern, timeout=self.algebra.time_left(), **options)
+
     def shape(self, schema: Any, pointer: str, scope: tuple[str, ...] = ()) -> Shape:
         """The shape of the schema at `pointer` seen through the dynamic `scope`."""
         if schema is True:
             return ANY
         if schema is False:
             return NOTHING
-        time_left()  # raises CompileTimeout past the compilation's deadline
+        self.algebra.time_left()  # raises CompileTimeout past the compilation's deadline
         if not isinstance(schema, Mapping):
             raise UnsupportedSchemaError(
                 f"a schema must be an object or a boolean, not {type(schema).__name__}",
@@ -220,11 +214,12 @@ class Normalizer:
             self.memo[key] = result
             return result
         self.memo[key] = placeholder
-        return later([result], placeholder, result.parts)
+        return self.algebra.later([result], placeholder, result.parts)
 
     # -- one schema object ----------------------------------------------------------------------
 
     def _schema(self, s: Mapping, ptr: str, base: str, scope: tuple[str, ...]) -> Shape:
+        algebra = self.algebra
         if not self.not_keywords.isdisjoint(s):  # keywords of later drafts are annotations
             s = {k: v for k, v in s.items() if k not in self.not_keywords}
         if self.legacy and "$ref" in s:  # before 2019-09, $ref replaces its siblings
@@ -246,29 +241,33 @@ class Normalizer:
         for i, sub in enumerate(s.get("allOf", [])):
             parts.append(self.shape(sub, f"{ptr}/allOf/{i}", scope))
         if "anyOf" in s:
-            parts.append(union(self._each(s, "anyOf", ptr, scope), drop_checks=site))
+            parts.append(algebra.union(self._each(s, "anyOf", ptr, scope), drop_checks=site))
         if "oneOf" in s:
             branches = self._each(s, "oneOf", ptr, scope)
-            parts.append(union(branches, drop_checks=True) if site else self._one_of(branches, ptr))
+            parts.append(
+                algebra.union(branches, drop_checks=True) if site else self._one_of(branches, ptr)
+            )
         if "not" in s:
             negated = self.shape(s["not"], f"{ptr}/not", scope)
-            parts.append(ANY if site else complement(negated))
+            parts.append(ANY if site else algebra.complement(negated))
         if "if" in s:
             condition = self.shape(s["if"], f"{ptr}/if", scope)
             then = self.shape(s.get("then", True), f"{ptr}/then", scope)
             other = self.shape(s.get("else", True), f"{ptr}/else", scope)
-            otherwise = other if site else difference(other, condition)
-            parts.append(union([intersect(condition, then), otherwise], drop_checks=site))
+            otherwise = other if site else algebra.difference(other, condition)
+            parts.append(
+                algebra.union([algebra.intersect(condition, then), otherwise], drop_checks=site)
+            )
         parts.extend(self._dependencies(s, ptr, scope, site))
         result = ANY
         for part in sorted(parts, key=lambda p: p is not ANY):
-            result = intersect(result, part)
+            result = algebra.intersect(result, part)
         if "unevaluatedProperties" in s or "unevaluatedItems" in s:
             result = self._unevaluated(s, result, ptr, scope)
         if site:
             if self._validators is None:
                 self._validators = Validators(self.resources.root, self._draft)
-            result = with_check(result, self._validators.validation(s, base, ptr))
+            result = algebra.with_check(result, self._validators.validation(s, base, ptr))
         return result
 
     def _ref(self, ref: Any, base: str, scope, keyword: str, ptr: str) -> Shape:
@@ -287,24 +286,26 @@ class Normalizer:
 
     def _one_of(self, branches: list[Shape], ptr: str) -> Shape:
         """Exactly one branch: each branch minus the others it may overlap."""
+        algebra = self.algebra
         exclusive = []
         for i, branch in enumerate(branches):
             part = branch
             for j, other in enumerate(branches):
-                if i != j and not disjoint(branch, other):
+                if i != j and not algebra.disjoint(branch, other):
                     try:
-                        part = difference(part, other)
+                        part = algebra.difference(part, other)
                     except ShapeUnsupported as exc:
                         raise ShapeUnsupported(
                             f"oneOf branches {i} and {j} may overlap and the overlap cannot be "
                             f"excluded exactly ({exc})"
                         ) from None
             exclusive.append(part)
-        return union(exclusive)
+        return algebra.union(exclusive)
 
     def _dependencies(self, s: Mapping, ptr: str, scope, site: bool) -> list[Shape]:
         """dependentRequired / dependentSchemas / draft-7 dependencies: per trigger key, objects
         without it, or with it and what it demands (non-objects are unaffected)."""
+        algebra = self.algebra
         out = []
         pairs: list[tuple[str, str, Any]] = []
         for keyword in ("dependentRequired", "dependentSchemas", "dependencies"):
@@ -321,11 +322,11 @@ class Normalizer:
                     )
                 )
             else:
-                demand = intersect(_with_required(key), self.shape(need, where, scope))
+                demand = algebra.intersect(_with_required(key), self.shape(need, where, scope))
             without = _object_only(
                 ObjectShape({key: Prop(NOTHING)}, (Region(KeySet(excluded=frozenset([key])), ANY),))
             )
-            out.append(union([_non_objects(), without, demand], drop_checks=site))
+            out.append(algebra.union([_non_objects(), without, demand], drop_checks=site))
         return out
 
     def _unevaluated(self, s: Mapping, shape: Shape, ptr: str, scope) -> Shape:
@@ -335,39 +336,78 @@ class Normalizer:
             props = self.shape(s["unevaluatedProperties"], f"{ptr}/unevaluatedProperties", scope)
         if "unevaluatedItems" in s:
             items = self.shape(s["unevaluatedItems"], f"{ptr}/unevaluatedItems", scope)
-        return later(
+        return self.algebra.later(
             [shape],
             Shape(),
             lambda: (
                 shape.scalars,
-                [_cover_array(a, items) for a in shape.arrays],
-                [_cover_object(o, props) for o in shape.objects],
+                [self._cover_array(a, items) for a in shape.arrays],
+                [self._cover_object(o, props) for o in shape.objects],
                 shape.text,
                 shape.checks,
             ),
         )
 
+    def _cover_object(self, o: ObjectShape, extra: Shape) -> ObjectShape:
+        """`o` with `extra` applied to the members no keyword annotated."""
+        algebra = self.algebra
+        named = {
+            k: p if p.evaluated else Prop(algebra.intersect(p.value, extra), True)
+            for k, p in o.named.items()
+        }
+        regions = tuple(
+            r
+            if r.evaluated
+            else Region(r.keys, algebra.intersect(r.value, extra), True, r.by_pattern)
+            for r in o.regions
+        )
+        return ObjectShape(named, regions, o.required, o.min_props, o.max_props)
+
+    def _cover_array(self, a: ArrayShape, extra: Shape) -> ArrayShape:
+        """`a` with `extra` applied to the items no keyword annotated."""
+        if a.rest_evaluated:
+            return a
+        algebra = self.algebra
+        prefix = tuple(
+            x if i < a.evaluated else algebra.intersect(x, extra) for i, x in enumerate(a.prefix)
+        )
+        return ArrayShape(
+            prefix,
+            algebra.intersect(a.items, extra),
+            a.min_items,
+            a.max_items,
+            a.contains,
+            a.min_contains,
+            a.max_contains,
+            a.unique,
+            len(prefix),
+            True,
+        )
+
     # -- type-specific keywords ------------------------------------------------------------------
 
     def _own(self, s: Mapping, ptr: str, scope) -> Shape:
+        algebra = self.algebra
         declared = s.get("type", list(_TYPES))
         declared = [declared] if isinstance(declared, str) else declared
         if not isinstance(declared, list) or any(t not in _TYPES for t in declared):
             raise UnsupportedSchemaError(f"unknown type {declared!r}", "type", ptr)
         scalars = dfa_from_strings([])
         if "null" in declared:
-            scalars = dfa_or(scalars, _LITERALS["null"])
+            scalars = algebra.dfa_or(scalars, _LITERALS["null"])
         if "boolean" in declared:
-            scalars = dfa_or(scalars, _LITERALS["boolean"])
+            scalars = algebra.dfa_or(scalars, _LITERALS["boolean"])
         if "number" in declared or "integer" in declared:
-            scalars = dfa_or(scalars, self._number(s, ptr, integer="number" not in declared))
+            scalars = algebra.dfa_or(
+                scalars, self._number(s, ptr, integer="number" not in declared)
+            )
         text = None
         if "string" in declared:
             strings = self._string(s, ptr)
             if isinstance(strings, Lengths):
                 text = strings
             else:
-                scalars = dfa_or(scalars, strings)
+                scalars = algebra.dfa_or(scalars, strings)
         arrays = [self._array(s, ptr, scope)] if "array" in declared else []
         objects = self._object(s, ptr, scope) if "object" in declared else []
         if len(declared) == len(_TYPES) and not _TYPE_KEYWORDS.intersection(s):
@@ -375,7 +415,8 @@ class Normalizer:
         return only(scalars=scalars, arrays=arrays, objects=objects, text=text)
 
     def _number(self, s: Mapping, ptr: str, integer: bool) -> ByteDFA:
-        dfa = _dfa((INTEGER_LITERAL if self.draft4 else INTEGER) if integer else NUMBER)
+        algebra = self.algebra
+        dfa = self._regex((INTEGER_LITERAL if self.draft4 else INTEGER) if integer else NUMBER)
         for keyword in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
             if keyword not in s or isinstance(s[keyword], bool):
                 continue  # draft 4 booleans are read with their minimum / maximum below
@@ -385,13 +426,13 @@ class Normalizer:
                 keyword.startswith("exclusive")
                 or s.get("exclusiveMinimum" if lower else "exclusiveMaximum") is True
             )
-            dfa = dfa_and(dfa, _dfa(bound_regex(value, strict, lower)))
+            dfa = algebra.dfa_and(dfa, self._regex(bound_regex(value, strict, lower)))
         if "multipleOf" in s:
             step = _decimal(s["multipleOf"], "multipleOf", ptr)
             if step <= 0:
                 raise UnsupportedSchemaError("multipleOf must be > 0", "multipleOf", ptr)
             try:
-                dfa = dfa_and(dfa, multiple_of_dfa(step))
+                dfa = algebra.dfa_and(dfa, multiple_of_dfa(step))
             except ValueError as exc:
                 self.unsupported(str(exc), "multipleOf", ptr)
         return dfa
@@ -401,18 +442,19 @@ class Normalizer:
         it is long. A length bound becomes part of the DFA only where it constrains: not when
         `pattern` / `format` admit every string (then it stays symbolic), nor a `maxLength`
         that no string of theirs reaches."""
+        algebra = self.algebra
         low, high = int(s.get("minLength", 0)), s.get("maxLength")
         high = None if high is None else int(high)
         dfa = STRINGS
         if "pattern" in s:
             search = _search(s["pattern"])
-            dfa = dfa_and(dfa, self._string_dfa(search, "pattern", ptr, dialect="ecma"))
+            dfa = algebra.dfa_and(dfa, self._string_dfa(search, "pattern", ptr, dialect="ecma"))
         fmt = s.get("format")
         if fmt in FORMATS:
-            dfa = dfa_and(dfa, quoted(format_dfa(fmt)))
+            dfa = algebra.dfa_and(dfa, quoted(format_dfa(fmt)))
         elif fmt in SPEC_FORMATS:
             self.unsupported(f"format {fmt!r} is not supported", "format", ptr)
-        if dfa is not STRINGS and empty_combination(STRINGS, dfa, "minus"):
+        if dfa is not STRINGS and algebra.empty_combination(STRINGS, dfa, "minus"):
             dfa = STRINGS  # the pattern admits every string
         if dfa is STRINGS and max(low, high or 0) > _LONG:
             return Lengths(low, high)
@@ -423,7 +465,7 @@ class Normalizer:
         if low or high is not None:
             try:
                 bounded = length_dfa(low, high)
-                dfa = bounded if dfa is STRINGS else dfa_and(dfa, bounded)
+                dfa = bounded if dfa is STRINGS else algebra.dfa_and(dfa, bounded)
             except ShapeUnsupported as exc:
                 keyword = "maxLength" if high is not None else "minLength"
                 raise UnsupportedSchemaError(str(exc), keyword, ptr) from None
@@ -431,7 +473,7 @@ class Normalizer:
 
     def _string_dfa(self, pattern: str, keyword: str, ptr: str, dialect="python") -> ByteDFA:
         try:
-            return quoted(_dfa(pattern, dialect=dialect, encoding="json"))
+            return quoted(self._regex(pattern, dialect=dialect, encoding="json"))
         except RegexError as exc:
             self.unsupported(f"cannot compile {keyword}: {exc}", keyword, ptr)
             return STRINGS
@@ -464,6 +506,7 @@ class Normalizer:
         )
 
     def _object(self, s: Mapping, ptr: str, scope) -> list[ObjectShape]:
+        algebra = self.algebra
         properties = s.get("properties", {})
         patterns = [
             (
@@ -488,30 +531,34 @@ class Normalizer:
                 value = ANY if matching else additional
                 evaluated = bool(matching) or has_additional
             for extra in matching:
-                value = intersect(value, extra)
+                value = algebra.intersect(value, extra)
             named[key] = Prop(value, evaluated)
         regions = [Region(KeySet(excluded=frozenset(named)), additional, has_additional)]
         for keys, value in patterns:
             split = []
             for region in regions:
-                inside = region.keys.restricted(keys, inside=True)
-                outside = region.keys.restricted(keys, inside=False)
-                if not inside.is_empty():
-                    governed = intersect(region.value, value) if region.by_pattern else value
+                inside = algebra.key_set_restricted(region.keys, keys, inside=True)
+                outside = algebra.key_set_restricted(region.keys, keys, inside=False)
+                if not algebra.key_set_empty(inside):
+                    governed = (
+                        algebra.intersect(region.value, value) if region.by_pattern else value
+                    )
                     split.append(Region(inside, governed, True, True))
-                if not outside.is_empty():
+                if not algebra.key_set_empty(outside):
                     split.append(Region(outside, region.value, region.evaluated, region.by_pattern))
             regions = split
         if "propertyNames" in s:
             names = self.shape(s["propertyNames"], f"{ptr}/propertyNames", scope)
-            allowed = strings_of(names)
+            allowed = algebra.strings_of(names)
             for key, prop in named.items():
                 if not allowed.matches(key_text(key)):
                     named[key] = Prop(NOTHING, prop.evaluated)
             regions = [
                 Region(k, r.value, r.evaluated, r.by_pattern)
                 for r in regions
-                if not (k := r.keys.restricted(allowed, inside=True)).is_empty()
+                if not algebra.key_set_empty(
+                    k := algebra.key_set_restricted(r.keys, allowed, inside=True)
+                )
             ]
         if any(named[k].value is NOTHING for k in required):
             return []
@@ -527,7 +574,7 @@ class Normalizer:
 
     def _key_pattern(self, pattern: str, ptr: str) -> ByteDFA:
         try:
-            return quoted(_dfa(_search(pattern), dialect="ecma", encoding="json"))
+            return quoted(self._regex(_search(pattern), dialect="ecma", encoding="json"))
         except RegexError as exc:
             raise UnsupportedSchemaError(
                 f"cannot compile patternProperties pattern: {exc}", "patternProperties", ptr
@@ -550,8 +597,8 @@ class Normalizer:
                 others.append(self.value(v))
         scalars = [dfa_from_strings(texts)]
         if numbers:
-            scalars.append(_dfa("|".join(f"(?:{n})" for n in dict.fromkeys(numbers))))
-        return union([only(scalars=dfa_union(scalars)), *others])
+            scalars.append(self._regex("|".join(f"(?:{n})" for n in dict.fromkeys(numbers))))
+        return self.algebra.union([only(scalars=self.algebra.dfa_union(scalars)), *others])
 
     def value(self, v: Any) -> Shape:
         """The shape admitting exactly the JSON value `v` (numbers by value: 1 == 1.0)."""
@@ -560,7 +607,7 @@ class Normalizer:
         if isinstance(v, (int, float)):
             if isinstance(v, float) and not math.isfinite(v):
                 return NOTHING
-            return only(scalars=_dfa(_number_literal(Decimal(repr(v)))))
+            return only(scalars=self._regex(_number_literal(Decimal(repr(v)))))
         if isinstance(v, str):
             return only(scalars=dfa_from_strings([key_text(v)]))
         if isinstance(v, list):
@@ -602,35 +649,6 @@ def _with_required(key: str) -> Shape:
             (Region(KeySet(excluded=frozenset([key])), ANY),),
             frozenset([key]),
         )
-    )
-
-
-def _cover_object(o: ObjectShape, extra: Shape) -> ObjectShape:
-    named = {
-        k: p if p.evaluated else Prop(intersect(p.value, extra), True) for k, p in o.named.items()
-    }
-    regions = tuple(
-        r if r.evaluated else Region(r.keys, intersect(r.value, extra), True, r.by_pattern)
-        for r in o.regions
-    )
-    return ObjectShape(named, regions, o.required, o.min_props, o.max_props)
-
-
-def _cover_array(a: ArrayShape, extra: Shape) -> ArrayShape:
-    if a.rest_evaluated:
-        return a
-    prefix = tuple(x if i < a.evaluated else intersect(x, extra) for i, x in enumerate(a.prefix))
-    return ArrayShape(
-        prefix,
-        intersect(a.items, extra),
-        a.min_items,
-        a.max_items,
-        a.contains,
-        a.min_contains,
-        a.max_contains,
-        a.unique,
-        len(prefix),
-        True,
     )
 
 

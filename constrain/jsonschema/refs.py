@@ -42,7 +42,8 @@ class Resources:
         self.resources: dict[str, Location] = {}
         self.anchors: dict[str, Location] = {}
         self.dynamic: dict[str, set[str]] = {}  # resource URI -> its dynamic anchor names
-        self.base_of: dict[int, str] = {}  # id(schema object) -> its base URI
+        # id(schema object) -> its base URI (`root` holds the objects, so no id is reused)
+        self.base_of: dict[int, str] = {}
         self._walk(root, DOCUMENT_BASE, "")
         self.resources.setdefault(DOCUMENT_BASE, Location(root, DOCUMENT_BASE, ""))
 
