@@ -17,7 +17,7 @@ import random
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,6 @@ __all__ = [
     "GenerationResult",
     "GenerationStats",
     "Generator",
-    "SpeculativeStats",
     "TextStream",
     "generate",
     "smc",
@@ -45,52 +44,38 @@ __all__ = [
 
 
 @dataclass
-class SpeculativeStats:
-    """What speculation did: target forwards, drafted and kept tokens by source."""
-
-    target_forwards: int = 0
-    emitted: int = 0
-    drafted: dict[str, int] = field(default_factory=dict)
-    kept: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def acceptance(self) -> float:
-        drafted = sum(self.drafted.values())
-        return sum(self.kept.values()) / drafted if drafted else float("nan")
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return self.emitted / self.target_forwards if self.target_forwards else float("nan")
-
-
-@dataclass
-class GenerationStats:
-    """Where the time went (seconds) and what the constraint cost.
+class GenerationStats(DecodeStats):
+    """A generation's decoding counters, and where the rest of its time went (seconds).
 
     `ttft_s` (time to first token) counts from the call: compilation (0 when the constraint was
     cached), prefill and the first step; `tpot_s` is the mean time per output token after it.
-    """
+    With speculation, `speculative` holds the draft counters (drafted, kept, emitted,
+    acceptance, tokens per forward)."""
 
     compile_s: float = 0.0  # grammar compilation and binding to the vocabulary
     prefill_s: float = 0.0
     ttft_s: float = 0.0
-    token_s: list[float] = field(default_factory=list)  # wall time of each decoding step
-    constraint_s: float = 0.0  # checks, masks and matcher updates
-    checks: int = 0  # Matcher.check calls by the token sampler
-    masks: int = 0  # full masks used (LCD: one per step; AWRS: only its fallbacks)
-    forced: int = 0  # tokens whose bytes the grammar forced
     total_s: float = 0.0
     decode_s: float = 0.0  # from the first step to the end
-    speculative: SpeculativeStats | None = None  # drafts, acceptance, tokens per forward
+    forced: int = 0  # tokens whose bytes the grammar forced
+
+    @property
+    def token_s(self) -> list[float]:
+        """Wall time of each decoding step."""
+        return self.step_s
 
     @property
     def tpot_s(self) -> float:
-        return sum(self.token_s[1:]) / (len(self.token_s) - 1) if len(self.token_s) > 1 else 0.0
+        return sum(self.step_s[1:]) / (len(self.step_s) - 1) if len(self.step_s) > 1 else 0.0
 
     @property
     def tokens_per_s(self) -> float:
-        spent = sum(self.token_s)
-        return len(self.token_s) / spent if spent else 0.0
+        spent = sum(self.step_s)
+        return len(self.step_s) / spent if spent else 0.0
+
+    @property
+    def speculative(self) -> DecodeStats | None:
+        return self if self.emitted else None
 
 
 @dataclass
@@ -282,11 +267,11 @@ class Run:
     def _smc_result(self, group: int) -> GenerationResult:
         result = self.smc_result(group)
         chosen = result.choice(np.random.default_rng(self.seed + group)) or result.particles[0]
-        stats = self._stats(self.stats, None)
+        stats = self._stats(self.stats, forced=0)
         return self._finish(
             chosen.tokens,
-            chosen.finish_reason,
             chosen.complete,
+            chosen.finish_reason,
             result.log_ml,
             stats,
             result.particles,
@@ -301,45 +286,29 @@ class Run:
                 f"generation cannot continue after {len(sequence.tokens)} tokens (text ends "
                 f"{tail!r}, {backtracks - left} of {backtracks} backtracks used): {sequence.reason}"
             )
-        stats = self._stats(sequence.stats, sequence)
+        stats = self._stats(sequence.stats, sequence.matcher.count_forced(sequence.tokens))
         complete = sequence.matcher.finished()
         return self._finish(
-            sequence.tokens, sequence.finish_reason, complete, sequence.log_weight, stats
+            sequence.tokens, complete, sequence.finish_reason, sequence.log_weight, stats
         )
 
-    def _stats(self, counters: DecodeStats, sequence: decoding.Sequence | None) -> GenerationStats:
-        now = time.perf_counter()
-        compile_s = self.generator.compile_s
-        stats = GenerationStats(
+    def _stats(self, counters: DecodeStats, forced: int) -> GenerationStats:
+        now, compile_s = time.perf_counter(), self.generator.compile_s
+        return GenerationStats(
+            **{f.name: getattr(counters, f.name) for f in fields(DecodeStats)},
             compile_s=compile_s,
             prefill_s=self.prefill_s,
             ttft_s=(counters.first_token_at or now) - self.t_call + compile_s,
-            token_s=list(counters.step_s),
-            constraint_s=counters.constraint_s,
-            checks=counters.checks,
-            masks=counters.masks,
             total_s=now - self.t_call + compile_s,
             decode_s=now - self.decode_started,
+            forced=forced,
         )
-        if sequence is not None:
-            stats.forced = sequence.matcher.count_forced(sequence.tokens)
-            if self.generator.config.speculative is not None:
-                stats.speculative = SpeculativeStats(
-                    counters.forwards, counters.emitted, dict(counters.drafted), dict(counters.kept)
-                )
-        return stats
 
-    def _finish(self, tokens, finish_reason, complete, log_weight, stats, particles=None):
+    def _finish(self, tokens, complete, finish_reason, log_weight, stats, particles=None):
         text = self.generator.model.vocab.decode(tokens)
+        value = self.generator.spec.value(text) if complete else None
         return GenerationResult(
-            text=text,
-            value=self.generator.spec.value(text) if complete else None,
-            tokens=list(tokens),
-            finish_reason=finish_reason,
-            complete=complete,
-            log_weight=log_weight,
-            stats=stats,
-            particles=particles,
+            text, value, list(tokens), finish_reason, complete, log_weight, stats, particles
         )
 
 

@@ -29,8 +29,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("constrain.models",),
     ("constrain.processors",),
     ("constrain.samplers",),
-    ("constrain.decoding", "constrain.speculative"),
-    ("constrain.api", "constrain.function", "constrain.hf", "constrain.specs"),
+    ("constrain.decoding",),
+    ("constrain.api", "constrain.function", "constrain.hf"),
     ("constrain.cli", "constrain.demo", "constrain.bench", "constrain.serve", "constrain.__main__"),
 ]
 # importers exempt from the layer rule: the facade re-exports every layer lazily by name

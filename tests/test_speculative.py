@@ -168,7 +168,7 @@ def test_speculative_argument_errors(target):
 
 
 def test_choose_layers_measures_agreement_and_cost(tiny_model):
-    from constrain.decoding import choose_layers, expected_speedup
+    from constrain.models.layers import choose_layers, expected_speedup
 
     layers, report = choose_layers(
         tiny_model, ["hello there", "a b c"], candidates=[[0], [0, 1]], tokens=6

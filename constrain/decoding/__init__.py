@@ -7,7 +7,6 @@ step), `SpeculativeSampling` (propose / verify), `SMCSampling` (resample between
 
 from constrain.decoding.asap import ASAp, ASApSampling
 from constrain.decoding.config import DecodingConfig
-from constrain.decoding.layers import choose_layers, expected_speedup
 from constrain.decoding.loop import Sampling, Strategy, decode, forward
 from constrain.decoding.policies import Backtracker, Deadline
 from constrain.decoding.sequence import DecodeStats, Sequence
@@ -30,8 +29,6 @@ __all__ = [
     "SpeculativeSampling",
     "Strategy",
     "WeightedText",
-    "choose_layers",
     "decode",
-    "expected_speedup",
     "forward",
 ]

@@ -1,15 +1,15 @@
 """`DecodingConfig`: every decoding option in one place, and the strategy it selects.
 
 `generate()`, `Generator`, the command line (`constrain generate`) and the server read the same
-object: each field documents itself once (its `help`), and fields a command line cannot spell
-as a plain value name a `parse` function from text (``--sampler smc:8``,
+object. Each option is documented once (`HELP`, also the class docstring); the options a
+command line spells as text have a reader in `PARSE` (``--sampler smc:8``,
 ``--speculative forced+lookup``, ``--processor top_p=0.9``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from constrain.decoding.speculative import Speculative, SpeculativeSampling
 from constrain.processors import CFG, MinP, Processor, RepetitionPenalty, TopH, TopK, TopP, Typical
 from constrain.samplers import TokenSampler, token_sampler
 
-__all__ = ["DecodingConfig", "processor_named", "sampler_named"]
+__all__ = ["HELP", "PARSE", "DecodingConfig", "processor_named", "sampler_named"]
 
 _PROCESSORS = {  # the processors a command line can name, with their one number
     "top_k": lambda v: TopK(int(v)),
@@ -59,59 +59,43 @@ def processor_named(text: str) -> Processor:
     return _PROCESSORS[name](value)
 
 
+# every option's help, written once: the class docstring, `help()` and the command line read it
+HELP = {
+    "sampler": "awrs (default: a few checks per token), lcd (a full mask per state), "
+    "awrs-two-pass, smc[:N] (N weighted particles per prompt, `SMC`), asap (`ASAp`)",
+    "processors": "logits processors, applied in stage order: control -> constraint -> "
+    "temperature -> truncation (command line: NAME=VALUE, repeatable)",
+    "max_tokens": "generated tokens at most (EOS not counted); then finish reason 'length'",
+    "fit_max_tokens": "near the end of max_tokens (or of the timeout) allow only tokens after "
+    "which the text can still be completed in time: JSON is closed, not cut",
+    "temperature": "softmax temperature",
+    "greedy": "take the most likely allowed token",
+    "timeout": "seconds of decoding; then finish reason 'timeout' (the text closes in time)",
+    "speculative": "lossless speculative decoding (`Speculative`; command line: forced, lookup "
+    "or forced+lookup drafts)",
+    "backtracks": "tokens a generation may undo at dead ends (0: a dead end is an error)",
+    "chat": "apply the chat template (default: when the tokenizer has one)",
+    "system": "a system message",
+}
+# the options a command line spells as text -> how to read them
+PARSE = {"sampler": sampler_named, "processors": processor_named, "speculative": Speculative.named}
+
+
 @dataclass(frozen=True)
 class DecodingConfig:
-    """How to decode (see each field's help; the defaults are `generate`'s)."""
+    """How to decode; the defaults are `generate`'s."""
 
-    sampler: str | TokenSampler | SMC | ASAp = field(
-        default="awrs",
-        metadata={
-            "help": "awrs (default: a few checks per token), lcd (a full mask per state), "
-            "awrs-two-pass, smc[:N] (N weighted particles per prompt), asap (grammar-aligned)",
-            "parse": sampler_named,
-        },
-    )
-    processors: Sequence[Processor] = field(
-        default=(),
-        metadata={
-            "help": "logits processors in stage order: control -> constraint -> temperature -> "
-            "truncation (command line: NAME=VALUE, repeatable)",
-            "parse": processor_named,
-        },
-    )
-    max_tokens: int = field(
-        default=256,
-        metadata={"help": "generated tokens at most (EOS not counted); then finish 'length'"},
-    )
-    fit_max_tokens: bool = field(
-        default=True,
-        metadata={
-            "help": "near the end of max_tokens (or of the timeout), allow only tokens after "
-            "which the text can still be completed in time: close JSON instead of cutting it"
-        },
-    )
-    temperature: float = field(default=1.0, metadata={"help": "softmax temperature"})
-    greedy: bool = field(default=False, metadata={"help": "the most likely allowed token"})
-    timeout: float | None = field(
-        default=None,
-        metadata={"help": "seconds of decoding; then finish 'timeout' (the text closes in time)"},
-    )
-    speculative: Speculative | None = field(
-        default=None,
-        metadata={
-            "help": "lossless speculative decoding with drafts: forced, lookup or forced+lookup",
-            "parse": Speculative.named,
-        },
-    )
-    backtracks: int = field(
-        default=32,
-        metadata={"help": "tokens a generation may undo at dead ends (0: a dead end fails)"},
-    )
-    chat: bool | None = field(
-        default=None,
-        metadata={"help": "apply the chat template (default: when the tokenizer has one)"},
-    )
-    system: str | None = field(default=None, metadata={"help": "a system message"})
+    sampler: str | TokenSampler | SMC | ASAp = "awrs"
+    processors: Sequence[Processor] = ()
+    max_tokens: int = 256
+    fit_max_tokens: bool = True
+    temperature: float = 1.0
+    greedy: bool = False
+    timeout: float | None = None
+    speculative: Speculative | None = None
+    backtracks: int = 32
+    chat: bool | None = None
+    system: str | None = None
 
     def __post_init__(self):
         if self.max_tokens < 1:
@@ -173,3 +157,8 @@ class DecodingConfig:
             max_tokens=self.max_tokens,
             temperature=self.temperature,
         )
+
+
+DecodingConfig.__doc__ += "\n\n    Attributes:\n" + "".join(
+    f"        {f.name}: {HELP[f.name]}\n" for f in fields(DecodingConfig)
+)

@@ -40,7 +40,7 @@ class Speculative:
 
     Args:
         draft: a draft model sharing the tokenizer (e.g. ``model.with_layers(range(8))`` for
-            self-speculation, see `choose_layers`); None: deterministic drafts only.
+            self-speculation, see `constrain.models.layers`); None: deterministic drafts only.
         k: the longest draft per target forward.
         forced: draft the tokens the grammar forces.
         lookup: prompt lookup: copy what followed the longest n-gram (n <= lookup) of the

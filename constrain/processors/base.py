@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["STAGES", "Processor", "ProcessorStack", "Step", "Term"]
+__all__ = ["STAGES", "Processor", "ProcessorStack", "Step", "Temperature", "Term"]
 
 STAGES = ("control", "temperature", "truncation")
 
@@ -95,6 +95,23 @@ class Processor:
         raise NotImplementedError
 
 
+class Temperature(Processor):
+    """``log p / T``, renormalised (T < 1 sharpens, T > 1 flattens)."""
+
+    stage = "temperature"
+
+    def __init__(self, temperature: float):
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}; use greedy=True")
+        self.temperature = float(temperature)
+
+    def __call__(self, logprobs, term_rows=(), step=None):
+        return torch.log_softmax(logprobs / self.temperature, dim=-1)
+
+    def __repr__(self) -> str:
+        return f"Temperature({self.temperature})"
+
+
 class ProcessorStack:
     """Processors in stage order (the order given is kept within a stage).
 
@@ -104,8 +121,6 @@ class ProcessorStack:
     """
 
     def __init__(self, processors: Sequence[Processor] = (), temperature: float = 1.0):
-        from constrain.processors.warpers import Temperature
-
         for p in processors:
             if not isinstance(p, Processor):
                 raise TypeError(

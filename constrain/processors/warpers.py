@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from constrain.processors.base import Processor, Step
+from constrain.processors.base import Processor, Step, Temperature
 
 __all__ = ["MinP", "RepetitionPenalty", "Temperature", "TopH", "TopK", "TopP", "Typical"]
 
@@ -21,23 +21,6 @@ _NEG = -math.inf
 
 def _renormalised(logprobs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logprobs.masked_fill(~keep, _NEG), dim=-1)
-
-
-class Temperature(Processor):
-    """``log p / T``, renormalised (T < 1 sharpens, T > 1 flattens)."""
-
-    stage = "temperature"
-
-    def __init__(self, temperature: float):
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}; use greedy=True")
-        self.temperature = float(temperature)
-
-    def __call__(self, logprobs, term_rows=(), step=None):
-        return torch.log_softmax(logprobs / self.temperature, dim=-1)
-
-    def __repr__(self) -> str:
-        return f"Temperature({self.temperature})"
 
 
 class TopK(Processor):
