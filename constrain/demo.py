@@ -83,7 +83,7 @@ def main() -> None:
     out = cn.generate(model, question, grammar="sql", max_tokens=60, greedy=True)
     assert cn.grammars.load("sql").matches(out.text) or not out.complete
     print(f"question: {question}")
-    print("grammar:  sql (constrain/grammars/sql.lark, a SELECT subset)")
+    print("grammar:  sql (grammars/sql.lark, a SELECT subset)")
     print(f"query:    {out.text}")
     print(f"  [{_timing(out)}, the query is {'complete' if out.complete else 'cut by max_tokens'}]")
 
