@@ -1,6 +1,6 @@
 """The `constrain` command line.
 
-constrain generate --schema person.json "Invent a person."
+constrain generate --schema schemas/person.json "Invent a person."
 constrain generate --grammar sql "Employees older than 30?"
 constrain generate --regex "\\d{4}-\\d{2}-\\d{2}" "When did Apollo 11 land?"
 constrain bench jsonschemabench --limit 30 --sampler awrs --out report.json
