@@ -24,8 +24,9 @@ def test_every_package_of_the_checkout_is_listed():
         ".".join(init.parent.relative_to(ROOT).parts)
         for init in (ROOT / "constrain").rglob("__init__.py")
     }
-    mapped = set(SETUPTOOLS["package-dir"])
-    assert found == set(SETUPTOOLS["packages"]) - mapped
+    listed = set(SETUPTOOLS["packages"]) - set(SETUPTOOLS["package-dir"])
+    assert not found - listed, f"add to packages in pyproject.toml: {sorted(found - listed)}"
+    assert not listed - found, f"remove from packages in pyproject.toml: {sorted(listed - found)}"
 
 
 @pytest.mark.parametrize("package", sorted(SETUPTOOLS["package-dir"]))
