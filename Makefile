@@ -39,14 +39,14 @@ $(VENV)/.bench: $(VENV)/.dev
 	touch $@
 
 bench: $(VENV)/.bench
-	$(BIN)/python -m constrain.bench.regex
-	$(BIN)/python -m constrain.bench.grammar
+	$(BIN)/python bench/regex.py
+	$(BIN)/python bench/grammar.py
 
 # the benchmarks with the bundled model (about 2 hours on 2 cores)
 bench-models: $(VENV)/.bench
-	$(BIN)/python -m constrain.bench.samplers --limit 50 --markdown docs/benchmarks/samplers.md
-	$(BIN)/python -m constrain.bench.processors --markdown docs/benchmarks/processors.md
-	$(BIN)/python -m constrain.bench.speculative --limit 50 --markdown docs/benchmarks/speculative.md
+	$(BIN)/python bench/samplers.py --limit 50 --markdown docs/benchmarks/samplers.md
+	$(BIN)/python bench/processors.py --markdown docs/benchmarks/processors.md
+	$(BIN)/python bench/speculative.py --limit 50 --markdown docs/benchmarks/speculative.md
 
 # JSONSchemaBench, 30 schemas per subset, AWRS and LCD side by side (a few hours on 2 cores)
 jsonschemabench: $(VENV)/.bench
@@ -61,7 +61,7 @@ conformance: $(VENV)/.dev
 	$(BIN)/python -m constrain.jsonschema --write docs/json-schema.md
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check constrain tests
+	$(BIN)/ruff check constrain tests bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

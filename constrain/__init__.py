@@ -64,7 +64,7 @@ _EXPORTS = {
     "GenerationCutError": "constrain.function",
     "function": "constrain.function",
 }
-_SUBMODULES = ("grammars", "hf")
+_SUBMODULES = ("grammars", "hf", "schemas")
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 

@@ -1,8 +1,8 @@
 """`make demo`: constrained generation with the bundled SmolLM2-135M-Instruct, offline.
 
-Prints a JSON object generated under a constraint and validated against its JSON Schema, a line
-generated under a regex, the answer to a multiple-choice question, a SQL query generated under
-the library's SQL grammar, and timings.
+Prints a JSON object generated under a constraint and validated against its JSON Schema (the
+example schemas/person.json), a line generated under a regex, the answer to a multiple-choice
+question, a SQL query generated under the library's SQL grammar, and timings.
 """
 
 from __future__ import annotations
@@ -15,16 +15,6 @@ import jsonschema
 
 import constrain as cn
 
-PERSON_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "pattern": "^[A-Z][a-z]+ [A-Z][a-z]+$"},
-        "age": {"type": "integer", "minimum": 0, "maximum": 120},
-        "city": {"type": "string", "maxLength": 20},
-    },
-    "required": ["name", "age", "city"],
-    "additionalProperties": False,
-}
 DATE_REGEX = r"(19|20)\d{2}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
 CHOICES = ["Paris", "London", "Berlin", "Madrid"]
 
@@ -43,16 +33,17 @@ def main() -> None:
     model = cn.load_model()
     print(f"model: {model.name} on {model.device} (loaded in {time.perf_counter() - t0:.1f} s)\n")
 
+    person = cn.schemas.load("person")
     out = cn.generate(
         model,
         "Invent a fictional person and describe them as JSON with name, age and city.",
-        schema=PERSON_SCHEMA,
+        schema=person,
         schema_options={"whitespace": "default"},
         max_tokens=80,
         seed=1,
     )
-    jsonschema.validate(out.value, PERSON_SCHEMA)
-    print("JSON object (valid against its schema):")
+    jsonschema.validate(out.value, person)
+    print("JSON object (valid against its schema, schemas/person.json):")
     print(json.dumps(out.value))
     print(f"  [{_timing(out)}]\n")
 
@@ -83,7 +74,7 @@ def main() -> None:
     out = cn.generate(model, question, grammar="sql", max_tokens=60, greedy=True)
     assert cn.grammars.load("sql").matches(out.text) or not out.complete
     print(f"question: {question}")
-    print("grammar:  sql (constrain/grammars/sql.lark, a SELECT subset)")
+    print("grammar:  sql (grammars/sql.lark, a SELECT subset)")
     print(f"query:    {out.text}")
     print(f"  [{_timing(out)}, the query is {'complete' if out.complete else 'cut by max_tokens'}]")
 

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import jsonschema
 import pytest
 
+import constrain as cn
 from constrain.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -17,12 +22,14 @@ def model_dir(tiny_model, tmp_path_factory):
     return str(path)
 
 
-def test_generate_with_each_constraint_kind(model_dir, tmp_path, capsys):
-    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
-    path = tmp_path / "s.json"
-    path.write_text(json.dumps(schema))
+def test_generate_with_each_constraint_kind(model_dir, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the documented example: --schema schemas/person.json
+    person = cn.schemas.load("person")
     cases = [
-        (["--schema", str(path)], lambda t: json.loads(t)["ok"] in (True, False)),
+        (
+            ["--schema", "schemas/person.json", "--max-tokens", "48"],
+            lambda t: jsonschema.validate(json.loads(t), person) is None,
+        ),
         (["--regex", r"\d{3}"], lambda t: t.isdigit() and len(t) == 3),
         (["--choices", "red", "blue"], lambda t: t in ("red", "blue")),
         (["--grammar", 'start: "a" "b"+', "--max-tokens", "8"], lambda t: t.startswith("ab")),

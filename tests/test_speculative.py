@@ -185,7 +185,7 @@ def test_choose_layers_measures_agreement_and_cost(tiny_model):
 def test_greedy_outputs_are_identical_on_the_bundled_model(smollm):
     """50 extraction prompt / schema pairs from the shared data: speculative greedy decoding
     (forced, lookup tree, and a layer-skip draft) emits exactly the tokens of plain greedy."""
-    from constrain.bench.speculative import DATA, extraction_cases
+    from bench.speculative import DATA, extraction_cases
 
     if not DATA.is_dir():
         pytest.skip(f"the shared benchmark data is not at {DATA}")

@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 import constrain as cn
-from constrain.bench._common import fmt, load_vocab, percentile
+from constrain.bench.report import fmt, load_vocab, percentile
 from constrain.errors import GrammarError
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"

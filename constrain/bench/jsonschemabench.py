@@ -51,7 +51,7 @@ from pathlib import Path
 import jsonschema
 
 import constrain as cn
-from constrain.bench._common import fmt
+from constrain.bench.report import fmt
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "jsonschemabench"
 # greedy speculative decoding emits exactly the tokens of plain decoding, in fewer forwards

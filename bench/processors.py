@@ -10,19 +10,26 @@ of the same prompt (side by side, so machine noise hits both alike). Reported pe
   prompts (the processors' effect on the distribution);
 * the share of generated tokens that differ from plain greedy decoding.
 
-Run: ``python -m constrain.bench.processors [--tokens 24] [--markdown docs/benchmarks/processors.md]``.
+Run: ``python bench/processors.py [--tokens 24] [--markdown docs/benchmarks/processors.md]``.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
+
+# run as a script, bench/ comes first on sys.path, where regex.py would shadow the `regex`
+# package that transformers imports: import from the repository root instead
+if __package__ in (None, ""):
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import numpy as np
 import torch
 
 import constrain as cn
-from constrain.bench._common import argument_parser, emit, fmt
+from bench.common import argument_parser, emit
+from constrain.bench.report import fmt
 from constrain.processors import ProcessorStack
 from constrain.processors.bound import BoundStack
 
@@ -120,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
             f"| {r['processor']} | {fmt(r['time_ratio'], 2)}x | {fmt(r['first_step_kl'], 3)} | "
             f"{100 * r['tokens_differing']:.0f}% |"
         )
-    emit(results, "\n".join(lines), args, "constrain.bench.processors", argv)
+    emit(results, "\n".join(lines), args, "bench/processors.py", argv)
 
 
 if __name__ == "__main__":

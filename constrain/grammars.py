@@ -1,4 +1,4 @@
-"""The grammar library: Lark grammars shipped with the package.
+"""The grammar library: the Lark grammars of the repository's grammars/, loadable by name.
 
 cn.grammars.names()        # ['arithmetic', 'csv', 'json', 'python_expr', 'sql']
 g = cn.grammars.load("sql")
@@ -9,12 +9,13 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+from constrain import datadirs
 from constrain.engine.grammar import Grammar
 from constrain.errors import GrammarError
 
 __all__ = ["load", "names", "path"]
 
-_DIR = Path(__file__).parent
+_DIR = datadirs.path("grammars")
 
 
 def names() -> list[str]:

@@ -20,7 +20,7 @@ fits a short prompt), and the prompt "Generate a JSON object valid under this sc
   all particles plus their draws) as a ratio to the single-sequence AWRS step, measured side by
   side on the same schema; mean effective sample size; resamplings.
 
-Run: ``python -m constrain.bench.samplers [--limit 50] [--max-tokens 64]
+Run: ``python bench/samplers.py [--limit 50] [--max-tokens 64]
 [--markdown docs/benchmarks/samplers.md]``.
 """
 
@@ -32,17 +32,23 @@ import time
 import warnings
 from pathlib import Path
 
+# run as a script, bench/ comes first on sys.path, where regex.py would shadow the `regex`
+# package that transformers imports: import from the repository root instead
+if __package__ in (None, ""):
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import jsonschema
 import numpy as np
 import torch
 
 import constrain as cn
-from constrain.bench._common import argument_parser, emit, fmt, percentile
+from bench.common import argument_parser, emit
+from constrain.bench.report import fmt, percentile
 from constrain.processors.bound import BoundStack
 from constrain.samplers import token_sampler
 from constrain.samplers.sequence import Particle, StepStats, decode
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 PROMPT = "Generate a JSON object valid under this JSON Schema:\n{schema}"
 _MAX_SCHEMA_CHARS = 1200
 # the warm-up's schema: open objects and a unique array, so the text check's token sets exist
@@ -232,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
                 value = json.loads(best.text)
                 row["valid"] += jsonschema.Draft202012Validator(schema).is_valid(value)
         print(f"# {i + 1}/{len(schemas)} {name}", file=sys.stderr, flush=True)
-    emit(_results(rows), _table(rows, len(schemas), args), args, "constrain.bench.samplers", argv)
+    emit(_results(rows), _table(rows, len(schemas), args), args, "bench/samplers.py", argv)
 
 
 def _results(rows: dict[str, dict]) -> list[dict]:

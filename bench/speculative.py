@@ -18,7 +18,7 @@ Reported: decode tokens/s (output tokens over the decoding time, prefill exclude
 ratio to plain, acceptance, tokens per target forward, and whether every output is identical
 to plain greedy decoding.
 
-Run: ``python -m constrain.bench.speculative [--limit 50] [--markdown docs/benchmarks/speculative.md]``.
+Run: ``python bench/speculative.py [--limit 50] [--markdown docs/benchmarks/speculative.md]``.
 """
 
 from __future__ import annotations
@@ -28,12 +28,18 @@ import sys
 import warnings
 from pathlib import Path
 
+# run as a script, bench/ comes first on sys.path, where regex.py would shadow the `regex`
+# package that transformers imports: import from the repository root instead
+if __package__ in (None, ""):
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import numpy as np
 
 import constrain as cn
-from constrain.bench._common import argument_parser, emit, fmt
+from bench.common import argument_parser, emit
+from constrain.bench.report import fmt
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 PROMPT = "Convert this record to a JSON object valid under the schema.\nSchema: {schema}\nRecord:\n{record}"
 _MAX_SCHEMA_CHARS = 1500
 _MAX_INSTANCE_CHARS = 600
@@ -173,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{fmt(100 * r['acceptance'], 0)}% | {fmt(r['tokens_per_forward'], 2)} | "
             f"{r['identical']}/{len(cases)} |"
         )
-    emit(results, "\n".join(lines), args, "constrain.bench.speculative", argv)
+    emit(results, "\n".join(lines), args, "bench/speculative.py", argv)
 
 
 def _add(row: dict, out, seconds: float, report, identical: bool) -> None:

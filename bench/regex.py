@@ -15,7 +15,7 @@ When llguidance or outlines-core are importable, the same regexes and paths are 
 them in the same run (llguidance: `compute_bitmask`, compile = grammar + matcher creation;
 outlines-core: `Index` build, then `write_mask_into`).
 
-Run: ``python -m constrain.bench.regex [--tokenizers smollm2-135m-instruct,gemma-3-270m]
+Run: ``python bench/regex.py [--tokenizers smollm2-135m-instruct,gemma-3-270m]
 [--paths 8] [--out results.json] [--markdown docs/benchmarks/regex.md]``.
 """
 
@@ -23,19 +23,18 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
+
+# run as a script, bench/ comes first on sys.path, where regex.py would shadow the `regex`
+# package that transformers imports: import from the repository root instead
+if __package__ in (None, ""):
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import numpy as np
 
 import constrain as cn
-from constrain.bench._common import (
-    argument_parser,
-    bench_llguidance,
-    emit,
-    fmt,
-    load_vocab,
-    mask_summary,
-    percentile,
-)
+from bench.common import argument_parser, bench_llguidance, emit, mask_summary
+from constrain.bench.report import fmt, load_vocab, percentile
 from constrain.engine.regex import compile_regex
 
 REGEXES: list[tuple[str, str]] = [
@@ -241,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
                 row["outlines_core"] = _bench_outlines(pattern, vocab, paths)
             results.append(row)
             print(f"  {label}: done", file=sys.stderr)
-    emit(results, markdown(results), args, "constrain.bench.regex", argv)
+    emit(results, markdown(results), args, "bench/regex.py", argv)
 
 
 if __name__ == "__main__":

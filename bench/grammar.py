@@ -16,7 +16,7 @@ grammars random derivations (`constrain.engine.grammar.sample.random_text`). Mea
 When llguidance is importable, the same Lark text and token paths are measured with it in the
 same run (compile = grammar + matcher creation; mask = `compute_bitmask`).
 
-Run: ``python -m constrain.bench.grammar [--grammars json,sql] [--instances 20]
+Run: ``python bench/grammar.py [--grammars json,sql] [--instances 20]
 [--markdown docs/benchmarks/grammar.md]``.
 """
 
@@ -25,19 +25,19 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
+
+# run as a script, bench/ comes first on sys.path, where regex.py would shadow the `regex`
+# package that transformers imports: import from the repository root instead
+if __package__ in (None, ""):
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import numpy as np
 
 import constrain as cn
 import constrain.grammars as library
-from constrain.bench._common import (
-    argument_parser,
-    bench_llguidance,
-    emit,
-    fmt,
-    load_vocab,
-    percentile,
-)
+from bench.common import argument_parser, bench_llguidance, emit
+from constrain.bench.report import fmt, load_vocab, percentile
 from constrain.engine.grammar.sample import random_text
 from constrain.engine.regex import compile_regex
 
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
                 row["llguidance"] = _llguidance(name, vocab, paths)
             results.append(row)
             print(f"  {name}: done", file=sys.stderr)
-    emit(results, markdown(results), args, "constrain.bench.grammar", argv)
+    emit(results, markdown(results), args, "bench/grammar.py", argv)
 
 
 if __name__ == "__main__":
