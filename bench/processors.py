@@ -30,6 +30,7 @@ import torch
 import constrain as cn
 from bench.common import argument_parser, emit
 from constrain.bench.report import fmt
+from constrain.decoding import Sequence, forward
 from constrain.processors import ProcessorStack
 from constrain.processors.bound import BoundStack
 
@@ -71,10 +72,12 @@ def first_step_kl(model, prompt: str, processors: list) -> float:
     """KL(processed || plain) of the first next-token distribution."""
     ids = model.encode_prompt(prompt)
     stack = BoundStack(ProcessorStack(processors), model, ids, prompt)
-    stream = model.start(ids)
-    terms = stack.start_terms()
-    ((main, term_rows),) = stack.rows([stream], [terms])
-    processed = stack.after_constraint(stack.before_constraint(main, term_rows, ()), ()).double()
+    sequence = Sequence.start(
+        model, stack, cn.Constraint(cn.Grammar.from_regex("(?:.|\n)*"), model.vocab).start()
+    )
+    ((rows, term_rows),) = forward([sequence])
+    processed = stack.after_constraint(sequence.control_row(rows, term_rows), ()).double()
+    main = rows[-1]
     p = torch.exp(processed)
     kept = p > 0
     return float((p[kept] * (processed[kept] - main.double()[kept])).sum())

@@ -40,13 +40,13 @@ if __package__ in (None, ""):
 import jsonschema
 import numpy as np
 import torch
+from constrain.samplers.sequence import Particle, StepStats, decode
 
 import constrain as cn
 from bench.common import argument_parser, emit
 from constrain.bench.report import fmt, percentile
 from constrain.processors.bound import BoundStack
 from constrain.samplers import token_sampler
-from constrain.samplers.sequence import Particle, StepStats, decode
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 PROMPT = "Generate a JSON object valid under this JSON Schema:\n{schema}"

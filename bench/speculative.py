@@ -187,7 +187,7 @@ def _add(row: dict, out, seconds: float, report, identical: bool) -> None:
     row["seconds"] += seconds
     row["identical"] += identical
     if report is not None:
-        row["forwards"] += report.target_forwards
+        row["forwards"] += report.forwards
         row["drafted"] += sum(report.drafted.values())
         row["kept"] += sum(report.kept.values())
     else:

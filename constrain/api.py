@@ -17,7 +17,7 @@ import random
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
@@ -25,92 +25,15 @@ import torch
 
 from constrain import decoding
 from constrain.constraints import ConstraintSpec
-from constrain.decoding import SMC, Deadline, DecodeStats, DecodingConfig, SMCResult, WeightedText
+from constrain.decoding import SMC, Deadline, DecodingConfig
 from constrain.engine.grammar import Grammar
 from constrain.errors import ConstrainError
 from constrain.models.base import LanguageModel
 from constrain.processors import ProcessorStack
 from constrain.processors.bound import BoundStack
+from constrain.results import DecodeStats, GenerationResult, GenerationStats, SMCResult
 
-__all__ = [
-    "GenerationResult",
-    "GenerationStats",
-    "Generator",
-    "TextStream",
-    "generate",
-    "smc",
-    "stream",
-]
-
-
-@dataclass
-class GenerationStats(DecodeStats):
-    """A generation's decoding counters, and where the rest of its time went (seconds).
-
-    `ttft_s` (time to first token) counts from the call: compilation (0 when the constraint was
-    cached), prefill and the first step; `tpot_s` is the mean time per output token after it.
-    With speculation, `speculative` holds the draft counters (drafted, kept, emitted,
-    acceptance, tokens per forward)."""
-
-    compile_s: float = 0.0  # grammar compilation and binding to the vocabulary
-    prefill_s: float = 0.0
-    ttft_s: float = 0.0
-    total_s: float = 0.0
-    decode_s: float = 0.0  # from the first step to the end
-    forced: int = 0  # tokens whose bytes the grammar forced
-
-    @property
-    def token_s(self) -> list[float]:
-        """Wall time of each decoding step."""
-        return self.step_s
-
-    @property
-    def tpot_s(self) -> float:
-        return sum(self.step_s[1:]) / (len(self.step_s) - 1) if len(self.step_s) > 1 else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        spent = sum(self.step_s)
-        return len(self.step_s) / spent if spent else 0.0
-
-    @property
-    def speculative(self) -> DecodeStats | None:
-        return self if self.emitted else None
-
-
-@dataclass
-class GenerationResult:
-    """The outcome of one generation.
-
-    Attributes:
-        text: the generated text (EOS excluded).
-        value: for `schema=`, the parsed JSON value; for `type=`, an instance of the type
-            (dataclass, pydantic model, Enum member, ...); None when the text is incomplete or
-            the constraint is not JSON.
-        tokens: the generated token ids (EOS excluded).
-        finish_reason: "stop" (the text ended: EOS, or only EOS could follow), "length"
-            (`max_tokens` ran out while the text could go on) or "timeout" (the `timeout`
-            passed first).
-        complete: True when the text is in the constraint's language; a text cut before it
-            is complete is marked incomplete, never silently invalid.
-        log_weight: the sequence's importance weight for the model conditioned on the
-            constraint: the sum of the token sampler's log-weights (LCD: log Z, the mass the
-            constraint allowed; AWRS: an unbiased estimate of it); 0 for greedy decoding and
-            ASAp; for SMC, the log marginal likelihood estimate.
-        particles: for SMC, every particle with its normalised weight.
-    """
-
-    text: str
-    value: Any
-    tokens: list[int]
-    finish_reason: str
-    complete: bool
-    log_weight: float
-    stats: GenerationStats
-    particles: list[WeightedText] | None = None
-
-    def __str__(self) -> str:
-        return self.text
+__all__ = ["Generator", "Run", "TextStream", "generate", "smc", "stream"]
 
 
 class Generator:
@@ -142,7 +65,7 @@ class Generator:
         **options: Any,
     ):
         self.model = model
-        self.config = DecodingConfig.of(config, **options)
+        self.config = replace(config or DecodingConfig(), **options)
         self.spec = ConstraintSpec(regex, choices, grammar, schema, type, schema_options)
         t0 = time.perf_counter()
         self.constraint = self.spec.constraint(model.vocab)
@@ -248,7 +171,6 @@ class Run:
             self.sequences,
             self.strategy,
             max_tokens=config.max_tokens,
-            stats=self.stats,
             deadline=deadline,
         ):
             self.sequences = current

@@ -13,9 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import fields
 from pathlib import Path
 
+from constrain.decoding import SMC, ASAp, DecodingConfig, Speculative
+from constrain.decoding.config import HELP
 from constrain.errors import ConstrainError
+from constrain.processors import CFG, MinP, Processor, RepetitionPenalty, TopH, TopK, TopP, Typical
+from constrain.samplers import token_sampler
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
@@ -30,20 +35,107 @@ def _cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sampler(args: argparse.Namespace):
-    import constrain as cn
+_PROCESSORS = {  # the processors the command line can name, with their one number
+    "top_k": lambda v: TopK(int(v)),
+    "top_p": lambda v: TopP(float(v)),
+    "min_p": lambda v: MinP(float(v)),
+    "typical": lambda v: Typical(float(v)),
+    "top_h": lambda v: TopH(float(v)),
+    "repetition_penalty": lambda v: RepetitionPenalty(float(v)),
+    "cfg": lambda v: CFG(float(v)),
+}
 
-    if args.sampler == "smc":
-        return cn.SMC(particles=args.particles)
-    if args.sampler == "asap":
-        return cn.ASAp()
-    return args.sampler
+
+def sampler_named(text: str) -> str | SMC | ASAp:
+    """A sampler from its name: awrs, lcd, awrs-two-pass, smc or smc:N (N particles), asap."""
+    name, _, particles = text.partition(":")
+    if name == "smc":
+        return SMC(particles=int(particles)) if particles else SMC()
+    if name == "asap":
+        return ASAp()
+    token_sampler(text)  # an unknown name fails here
+    return text
+
+
+def processor_named(text: str) -> Processor:
+    """A processor from NAME=VALUE (top_k, top_p, min_p, typical, top_h, repetition_penalty,
+    cfg)."""
+    name, _, value = text.partition("=")
+    if name not in _PROCESSORS or not value:
+        raise ValueError(f"expected NAME=VALUE with NAME one of {sorted(_PROCESSORS)}")
+    return _PROCESSORS[name](value)
+
+
+def speculative_named(text: str) -> Speculative:
+    """Speculative settings from '+'-separated draft sources: forced, lookup."""
+    sources = set(text.split("+"))
+    if not sources <= {"forced", "lookup"}:
+        raise ValueError(f"unknown draft sources {sorted(sources - {'forced', 'lookup'})}")
+    return Speculative(forced="forced" in sources, lookup=3 if "lookup" in sources else 0)
+
+
+# the decoding options the command line spells as text, and how to read them
+_READERS = {
+    "sampler": sampler_named,
+    "processors": processor_named,
+    "speculative": speculative_named,
+}
+
+
+def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
+    """One option per `DecodingConfig` field, with its documented help (only the options
+    given reach the config: the rest keep its defaults)."""
+    group = parser.add_argument_group("decoding (DecodingConfig)")
+    for f in fields(DecodingConfig):
+        flag = "--" + f.name.replace("_", "-")
+        options = dict(dest=f.name, default=argparse.SUPPRESS, help=HELP[f.name])
+        if f.name in _READERS:
+            action = "append" if f.name == "processors" else "store"
+            group.add_argument(flag, type=_option(_READERS[f.name]), action=action, **options)
+        elif f.type.startswith("bool"):
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, **options)
+        else:
+            kind = {"int": int, "float": float}.get(f.type.split(" ")[0], str)
+            group.add_argument(flag, type=kind, **options)
+
+
+def _option(read):
+    """`read` as an argparse type: a ValueError becomes a usage error naming the value."""
+
+    def parse(text: str):
+        try:
+            return read(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from exc
+
+    parse.__name__ = read.__name__
+    return parse
+
+
+def _schema(text: str | None):
+    """--schema: inline JSON text, or the path of a JSON file."""
+    if text is None:
+        return None
+    if text.lstrip().startswith("{") or text.strip() in ("true", "false"):
+        source, raw = "the inline --schema", text
+    else:
+        path = Path(text)
+        if not path.is_file():
+            raise ConstrainError(f"--schema {text!r}: no such file (or give the schema as JSON)")
+        source, raw = str(path), path.read_text()
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConstrainError(f"{source} is not JSON: {exc}") from exc
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     import constrain as cn
 
-    schema = json.loads(Path(args.schema).read_text()) if args.schema else None
+    schema = _schema(args.schema)
+    config = DecodingConfig(
+        **{f.name: getattr(args, f.name) for f in fields(DecodingConfig) if hasattr(args, f.name)}
+    )
     model = cn.load_model(args.model, device=args.device)
     options = dict(
         regex=args.regex,
@@ -51,11 +143,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         grammar=args.grammar,
         schema=schema,
         schema_options={"whitespace": args.whitespace} if schema is not None else None,
-        sampler=_sampler(args),
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        greedy=args.greedy,
-        system=args.system,
+        config=config,
     )
     if args.stream:
         stream = cn.stream(model, args.prompt, seed=args.seed, **options)
@@ -114,21 +202,14 @@ def build_parser() -> argparse.ArgumentParser:
     kind.add_argument(
         "--grammar", help="a library grammar name (json, sql, ...), .lark file or Lark text"
     )
-    kind.add_argument("--schema", help="a JSON Schema file")
+    kind.add_argument("--schema", help="a JSON Schema: a file, or inline JSON text")
     gen.add_argument(
         "--whitespace", default="compact", help="JSON whitespace: compact | default | pretty"
     )
-    gen.add_argument(
-        "--sampler", default="awrs", choices=["awrs", "lcd", "awrs-two-pass", "smc", "asap"]
-    )
-    gen.add_argument("--particles", type=int, default=8, help="with --sampler smc")
     gen.add_argument("--model", default=None, help="bundled name, local directory or Hub id")
     gen.add_argument("--device", default="auto")
-    gen.add_argument("--system", default=None, help="a system message")
-    gen.add_argument("--max-tokens", type=int, default=256)
-    gen.add_argument("--temperature", type=float, default=1.0)
-    gen.add_argument("--greedy", action="store_true")
     gen.add_argument("--seed", type=int, default=None)
+    _add_decoding_options(gen)
     gen.add_argument("--stream", action="store_true", help="print the text as it is generated")
     gen.add_argument("-v", "--verbose", action="store_true", help="print stats to stderr")
     gen.set_defaults(run=_cmd_generate)
@@ -162,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except ConstrainError as exc:
+    except (ConstrainError, ValueError) as exc:
         print(f"constrain: error: {exc}", file=sys.stderr)
         return 2
 

@@ -13,11 +13,12 @@ import pytest
 import torch
 
 import constrain as cn
-from constrain.decoding import DecodeStats, Sampling, Sequence, forward
+from constrain.decoding import Sampling, Sequence, forward
 from constrain.processors import ProcessorStack, Step
 from constrain.processors.bound import BoundStack
 from constrain.processors.guidance import jensen_shannon
 from constrain.processors.reflection import triangle
+from constrain.results import DecodeStats
 from constrain.samplers import LCD
 
 STEP = Step(prefix=(3, 1), prompt_ids=(0,))

@@ -205,8 +205,9 @@ def test_greedy_outputs_are_identical_on_the_bundled_model(smollm):
 def test_lookup_draft_ends_at_eos():
     """A prompt-lookup continuation that holds EOS ends the draft there (nothing is drafted
     after the end of the text)."""
-    from constrain.decoding import DecodeStats, Sequence, SpeculativeSampling
+    from constrain.decoding import Sequence, SpeculativeSampling
     from constrain.processors.bound import BoundStack
+    from constrain.results import DecodeStats
     from constrain.samplers import LCD
 
     lm = ToyLM.uniform(TOKENS, 0.1)

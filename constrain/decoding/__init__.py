@@ -7,10 +7,9 @@ step), `SpeculativeSampling` (propose / verify), `SMCSampling` (resample between
 
 from constrain.decoding.asap import ASAp, ASApSampling
 from constrain.decoding.config import DecodingConfig
-from constrain.decoding.loop import Sampling, Strategy, decode, forward
-from constrain.decoding.policies import Backtracker, Deadline
-from constrain.decoding.sequence import DecodeStats, Sequence
-from constrain.decoding.smc import SMC, SMCResult, SMCSampling, WeightedText
+from constrain.decoding.loop import Deadline, Sampling, Strategy, decode, forward
+from constrain.decoding.sequence import Backtracker, Sequence
+from constrain.decoding.smc import SMC, SMCSampling
 from constrain.decoding.speculative import Speculative, SpeculativeSampling
 
 __all__ = [
@@ -18,17 +17,14 @@ __all__ = [
     "ASApSampling",
     "Backtracker",
     "Deadline",
-    "DecodeStats",
     "DecodingConfig",
     "SMC",
-    "SMCResult",
     "SMCSampling",
     "Sampling",
     "Sequence",
     "Speculative",
     "SpeculativeSampling",
     "Strategy",
-    "WeightedText",
     "decode",
     "forward",
 ]

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import torch
 
 from constrain.decoding.loop import Sampling
-from constrain.decoding.sequence import DecodeStats, Sequence
+from constrain.decoding.sequence import Sequence
+from constrain.results import DecodeStats
 from constrain.samplers.base import Draw, categorical
 
 __all__ = ["ASAp", "ASApSampling"]

@@ -1,63 +1,27 @@
 """`DecodingConfig`: every decoding option in one place, and the strategy it selects.
 
 `generate()`, `Generator`, the command line (`constrain generate`) and the server read the same
-object. Each option is documented once (`HELP`, also the class docstring); the options a
-command line spells as text have a reader in `PARSE` (``--sampler smc:8``,
-``--speculative forced+lookup``, ``--processor top_p=0.9``).
+object. Each option is documented once, in `HELP`: the class docstring and the command line's
+help read it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
 
 import numpy as np
 import torch
 
 from constrain.decoding.asap import ASAp, ASApSampling
 from constrain.decoding.loop import Sampling, Strategy
-from constrain.decoding.sequence import DecodeStats
 from constrain.decoding.smc import SMC, SMCSampling
 from constrain.decoding.speculative import Speculative, SpeculativeSampling
-from constrain.processors import CFG, MinP, Processor, RepetitionPenalty, TopH, TopK, TopP, Typical
+from constrain.processors import Processor
+from constrain.results import DecodeStats
 from constrain.samplers import TokenSampler, token_sampler
 
-__all__ = ["HELP", "PARSE", "DecodingConfig", "processor_named", "sampler_named"]
-
-_PROCESSORS = {  # the processors a command line can name, with their one number
-    "top_k": lambda v: TopK(int(v)),
-    "top_p": lambda v: TopP(float(v)),
-    "min_p": lambda v: MinP(float(v)),
-    "typical": lambda v: Typical(float(v)),
-    "top_h": lambda v: TopH(float(v)),
-    "repetition_penalty": lambda v: RepetitionPenalty(float(v)),
-    "cfg": lambda v: CFG(float(v)),
-}
-
-
-def sampler_named(text: str) -> str | SMC | ASAp:
-    """A sampler from its name: "awrs", "lcd", "awrs-two-pass", "smc" or "smc:N" (N
-    particles), "asap"."""
-    name, _, particles = text.partition(":")
-    if name == "smc":
-        return SMC(particles=int(particles)) if particles else SMC()
-    if name == "asap":
-        return ASAp()
-    token_sampler(text)  # an unknown name fails here
-    return text
-
-
-def processor_named(text: str) -> Processor:
-    """A processor from ``name=value``, one of top_k, top_p, min_p, typical, top_h,
-    repetition_penalty, cfg."""
-    name, _, value = text.partition("=")
-    if name not in _PROCESSORS or not value:
-        raise ValueError(
-            f"expected NAME=VALUE with NAME one of {sorted(_PROCESSORS)}, got {text!r}"
-        )
-    return _PROCESSORS[name](value)
-
+__all__ = ["HELP", "DecodingConfig"]
 
 # every option's help, written once: the class docstring, `help()` and the command line read it
 HELP = {
@@ -77,8 +41,6 @@ HELP = {
     "chat": "apply the chat template (default: when the tokenizer has one)",
     "system": "a system message",
 }
-# the options a command line spells as text -> how to read them
-PARSE = {"sampler": sampler_named, "processors": processor_named, "speculative": Speculative.named}
 
 
 @dataclass(frozen=True)
@@ -120,15 +82,6 @@ class DecodingConfig:
                 f"top-p, ...) act after the constraint and leave none; use control processors "
                 f"and temperature"
             )
-
-    @classmethod
-    def of(cls, config: DecodingConfig | None = None, **options: Any) -> DecodingConfig:
-        """`config` (default: the defaults) with `options` replacing its fields."""
-        base = config if config is not None else cls()
-        unknown = set(options) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise TypeError(f"unknown decoding options {sorted(unknown)}")
-        return cls(**{**{k: getattr(base, k) for k in cls.__dataclass_fields__}, **options})
 
     @property
     def token_samples(self) -> bool:

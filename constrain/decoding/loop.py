@@ -4,7 +4,8 @@ Every generation runs here, whatever its strategy. Between steps the loop ends w
 (the deadline, `max_tokens`, a text after which only EOS can follow) in one place; a step is
 the strategy's: `Sampling` draws one token per sequence from one batched forward, speculative
 decoding proposes and verifies several, SMC resamples between steps, ASAp reweights by its
-trie. Strategies see sequences only through `Sequence` and the batched `forward`.
+trie. Strategies see sequences only through `Sequence` and the batched `forward`. Time is the
+`Deadline`'s: it ends what runs late and plans the token budgets that close texts in time.
 """
 
 from __future__ import annotations
@@ -18,16 +19,20 @@ from typing import Protocol
 import torch
 
 from constrain.decoding import target
-from constrain.decoding.policies import Deadline
-from constrain.decoding.sequence import DecodeStats, Sequence
+from constrain.decoding.sequence import Sequence
+from constrain.results import DecodeStats
 from constrain.samplers.base import Draw, TokenSampler
 
-__all__ = ["Sampling", "Strategy", "decode", "forward"]
+__all__ = ["Deadline", "Sampling", "Strategy", "decode", "forward"]
+
+_DEADLINE_MARGIN = 0.85  # the share of the time left that a deadline budget plans to use
+_STEP_WINDOW = 8  # recent steps whose mean time predicts the next ones
 
 
 class Strategy(Protocol):
     """How a step advances the running sequences."""
 
+    stats: DecodeStats  # the run's counters
     scores_eos: bool  # draw (and weigh) EOS even where only EOS can follow: one more forward
 
     def step(self, sequences: list[Sequence]) -> None:
@@ -45,25 +50,18 @@ def decode(
     strategy: Strategy,
     *,
     max_tokens: int,
-    stats: DecodeStats,
     deadline: Deadline | None = None,
 ) -> Iterator[list[Sequence]]:
-    """Run `sequences` until each ends, yielding them after every step (streaming reads
-    them there) and once more at the end.
-
-    A sequence ends with EOS, when only EOS can follow (without `scores_eos`: at once, with
-    no forward), at `max_tokens` (EOS forced where its text is complete), when the deadline
-    passes, or dead."""
+    """Run `sequences` until each ends, yielding them after every step (streaming reads them
+    there) and once more at the end. A sequence ends with EOS, when only EOS can follow
+    (without `scores_eos`: at once, with no forward), at `max_tokens` (EOS forced where its
+    text is complete), when the deadline passes, or dead."""
     while True:
         running = [s for s in sequences if s.running]
-        at_length = [s for s in running if len(s.tokens) >= max_tokens]
-        if at_length:
-            _finish_at_length(at_length, strategy.scores_eos, stats)
-        if not strategy.scores_eos:
-            for s in running:
-                if s.running and s.matcher.done():
-                    s.emit(s.matcher.constraint.vocab.eos_ids[:1])
+        _finish_at_length([s for s in running if len(s.tokens) >= max_tokens], strategy)
         for s in running:
+            if s.running and not strategy.scores_eos and s.matcher.done():
+                s.emit(s.matcher.constraint.vocab.eos_ids[:1])
             if not s.running:
                 strategy.finished(s)
         running = [s for s in sequences if s.running]
@@ -73,7 +71,7 @@ def decode(
         t0 = time.perf_counter()
         strategy.step(running)
         elapsed = time.perf_counter() - t0
-        stats.step_s.append(elapsed)
+        strategy.stats.step_s.append(elapsed)
         for s in running:
             s.stats.step_s.append(elapsed)
             if not s.running:
@@ -91,30 +89,27 @@ def forward(
     log-probabilities each (k = 0 without drafts), from one batched forward per model over
     every stream that needs one (targets and, say, CFG's unconditional prompts together)."""
     drafts = drafts if drafts is not None else [()] * len(sequences)
-    groups: dict[int, tuple[object, list, list, list]] = {}
+    groups: dict[int, tuple[object, list, list, list]] = {}  # model -> streams, drafts, slots
     for i, (s, tokens) in enumerate(zip(sequences, drafts)):
-        owners = [(s.model, s.stream, None)]
-        owners += [(m, t, j) for j, (m, t) in enumerate(zip(s.stack.term_models, s.terms))]
-        for model, stream, j in owners:
+        for j, (model, stream) in enumerate(
+            [(s.model, s.stream), *zip(s.stack.term_models, s.terms)]
+        ):
             if stream is not None:
                 group = groups.setdefault(id(model), (model, [], [], []))
                 group[1].append(stream)
                 group[2].append(list(tokens))
                 group[3].append((i, j))
-    out = [[None, [None] * len(s.terms)] for s in sequences]
+    out = [[None] * (1 + len(s.terms)) for s in sequences]  # main rows, then each term's
     t0 = time.perf_counter()
     for model, streams, tokens, slots in groups.values():
         for (i, j), rows in zip(slots, model.score_many(streams, tokens)):
-            if j is None:
-                out[i][0] = rows
-            else:
-                out[i][1][j] = rows
+            out[i][j] = rows
     for s in sequences:
         s.stats.forwards += 1
     if stats is not None:
         stats.forwards += 1
         stats.forward_s += time.perf_counter() - t0
-    return [(main, [r if r is not None else main for r in terms]) for main, terms in out]
+    return [(rows[0], [r if r is not None else rows[0] for r in rows[1:]]) for rows in out]
 
 
 def record(draw: Draw, sequence: Sequence, stats: DecodeStats, seconds: float) -> None:
@@ -147,12 +142,9 @@ class Sampling:
         self.scores_eos = scores_eos
 
     def step(self, sequences: list[Sequence]) -> None:
-        for s, (main, term_rows) in zip(sequences, forward(sequences, stats=self.stats)):
-            row = s.stack.before_constraint(main[-1], [r[-1] for r in term_rows], s.tokens)
-            if s.backtracker is not None:
-                row = s.backtracker.without_banned(row, len(s.tokens))
+        for s, rows in zip(sequences, forward(sequences, stats=self.stats)):
             t0 = time.perf_counter()
-            d = self.draw(row, s)
+            d = self.draw(s.control_row(*rows), s)
             t1 = time.perf_counter()
             self.stats.sample_s += t1 - t0
             if d.log_weight == -math.inf:
@@ -163,16 +155,10 @@ class Sampling:
             s.emit([d.token])
             record(d, s, self.stats, d.constraint_s + time.perf_counter() - t1)
 
-    def draw(self, row: torch.Tensor, sequence: Sequence) -> Draw:
-        """The next token of `sequence` from its control-stage `row`."""
+    def draw(self, row: torch.Tensor, s: Sequence) -> Draw:
+        """The next token of `s` from its control-stage `row`."""
         return target.draw(
-            row,
-            sequence.matcher,
-            sequence.tokens,
-            sequence.stack,
-            self.sampler,
-            self.generator,
-            self.greedy,
+            row, s.matcher, s.tokens, s.stack, self.sampler, self.generator, self.greedy
         )
 
     def between_steps(self, sequences: list[Sequence]) -> list[Sequence]:
@@ -182,17 +168,17 @@ class Sampling:
         pass
 
 
-def _finish_at_length(sequences: list[Sequence], scores_eos: bool, stats: DecodeStats) -> None:
+def _finish_at_length(sequences: list[Sequence], strategy: Strategy) -> None:
     """`max_tokens` reached: EOS is forced where the text is complete (weighted by its
     probability with `scores_eos`, one forward); elsewhere the weight is -inf. The finish
     reason is "stop" where nothing but EOS could follow, else "length"."""
     complete = [s for s in sequences if s.matcher.accepting()]
-    if scores_eos and complete:
-        for s, (main, term_rows) in zip(complete, forward(complete, stats=stats)):
-            row = s.stack.before_constraint(main[-1], [r[-1] for r in term_rows], s.tokens)
-            row = s.stack.after_constraint(row, s.tokens, truncate=False)
-            eos = list(s.matcher.constraint.vocab.eos_ids)
-            s.log_weight += float(torch.logsumexp(row[eos].double(), dim=-1))
+    if strategy.scores_eos and complete:
+        for s, rows in zip(complete, forward(complete, stats=strategy.stats)):
+            row = s.stack.after_constraint(s.control_row(*rows), s.tokens, truncate=False)
+            s.log_weight += float(
+                torch.logsumexp(row[list(s.matcher.constraint.vocab.eos_ids)].double(), dim=-1)
+            )
     for s in sequences:
         if s.matcher.accepting():
             ended = s.matcher.done()  # only EOS could follow: the text ended in time
@@ -201,3 +187,39 @@ def _finish_at_length(sequences: list[Sequence], scores_eos: bool, stats: Decode
         else:
             s.log_weight = -math.inf
             s.finish("length", "max_tokens reached before the text was complete")
+
+
+class Deadline:
+    """`timeout` seconds of decoding, from now: sequences still running after it end with
+    finish reason "timeout", and with `fit_budget` each budget is lowered to the tokens that
+    fit in the time left, so the text is closed in time instead of cut."""
+
+    def __init__(self, timeout: float, fit_budget: bool):
+        self.timeout = timeout
+        self.fit_budget = fit_budget
+        self.started = time.perf_counter()
+
+    def apply(self, sequences: list[Sequence]) -> None:
+        """Called between steps: stop what ran out of time, or plan the budgets."""
+        elapsed = time.perf_counter() - self.started
+        for sequence in sequences:
+            if not sequence.running:
+                continue
+            if elapsed > self.timeout:
+                sequence.finish("timeout", f"decoding took more than {self.timeout} s")
+            elif self.fit_budget and sequence.budget is not None:
+                self.plan(sequence, elapsed)
+
+    def plan(self, sequence: Sequence, elapsed: float) -> None:
+        """Lower the budget to the steps that fit in the time left at the recent step time,
+        keeping a margin and a reserve for one slow step (a cold mask: 1 s, less for short
+        timeouts). Every step emits at least one token, so the text can always close within
+        the budget. Recomputed every step, so slow first steps do not fix a budget later steps
+        would not need."""
+        recent = sequence.stats.step_s[-_STEP_WINDOW:]
+        if not recent:
+            return
+        reserve = min(1.0, 0.05 * self.timeout)
+        planned = max(0.0, _DEADLINE_MARGIN * (self.timeout - elapsed) - reserve)
+        steps = int(planned * len(recent) / sum(recent))
+        sequence.budget.set_limit(sequence.matcher.n_tokens + steps)

@@ -1,45 +1,31 @@
-"""`Sequence`: one generation in flight, and the counters of decoding.
+"""`Sequence`: one generation in flight.
 
 A Sequence owns everything that must move together when a token is emitted, undone or copied:
 the model stream (KV cache), the streams of its processors' auxiliary terms, the constraint's
 matcher, the generated tokens, the log-weight and the finish reason. `emit`, `rollback` and
-`fork` are the only places where they move, for every strategy of the decoding loop.
+`fork` are the only places where they move, for every strategy of the decoding loop. Its
+policy at dead ends, `Backtracker`, moves with it.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Sequence as Tokens
-from dataclasses import dataclass, field
+
+import torch
 
 from constrain.constraints.budget import Budgeted
-from constrain.decoding.policies import Backtracker
 from constrain.engine.matcher import TokenMatcher
 from constrain.models.base import LanguageModel, Stream
 from constrain.processors.bound import BoundStack
+from constrain.results import DecodeStats
 
-__all__ = ["DecodeStats", "Sequence"]
+__all__ = ["Backtracker", "Sequence"]
 
-
-@dataclass
-class DecodeStats:
-    """Counters of decoding (of one sequence, or of a whole run): forwards, draws, constraint
-    work and where the time went."""
-
-    forwards: int = 0  # target forwards taken part in
-    draws: int = 0
-    checks: int = 0  # Matcher.check calls by the token sampler
-    masks: int = 0  # full masks used (LCD: one per draw; AWRS: only its fallbacks)
-    forward_s: float = 0.0
-    sample_s: float = 0.0  # token samplers, all included
-    constraint_s: float = 0.0  # checks, masks and matcher updates
-    draw_s: list[float] = field(default_factory=list)  # constraint time per draw
-    step_s: list[float] = field(default_factory=list)  # wall time of each step
-    first_token_at: float | None = None  # perf_counter() when the first token was drawn
-    emitted: int = 0  # tokens emitted by speculative steps (EOS included)
-    drafted: dict[str, int] = field(default_factory=dict)  # speculative drafts by source
-    kept: dict[str, int] = field(default_factory=dict)
+_NEARBY = 4  # a dead end this close after the last one counts as the same
+_MAX_JUMP = 64  # tokens a backtrack undoes at most
 
 
 class Sequence:
@@ -106,6 +92,17 @@ class Sequence:
         pairs += [(m, s) for m, s in zip(self.stack.term_models, self.terms) if s is not None]
         return pairs
 
+    def control_row(
+        self, main: torch.Tensor, term_rows: list[torch.Tensor], i: int = -1, emitted=()
+    ) -> torch.Tensor:
+        """Row `i` of scored rows after the control processors (model arithmetic, CFG, ...),
+        with the tokens banned at its position at -inf; `emitted`: tokens drawn since."""
+        prefix = [*self.tokens, *emitted]
+        row = self.stack.before_constraint(main[i], [r[i] for r in term_rows], prefix)
+        if self.backtracker is None:
+            return row
+        return self.backtracker.without_banned(row, len(prefix))
+
     def emit(self, tokens: Tokens[int], *, in_streams: int = 0) -> None:
         """Append `tokens` to the text: the matcher, the tokens and every stream (the first
         `in_streams` of them are in the streams already: a verified draft). EOS ends the
@@ -154,8 +151,67 @@ class Sequence:
         """No allowed token has probability > 0: back off (`Backtracker`), else die."""
         if self.backtracker is not None and self.backtracker.recover(self):
             return
-        self.log_weight = float("-inf")
+        self.log_weight = -math.inf
         self.finish("dead", why)
 
     def __repr__(self) -> str:
         return f"Sequence(tokens={len(self.tokens)}, finish_reason={self.finish_reason!r})"
+
+
+class Backtracker:
+    """Dead ends undone: the last token is undone and forbidden at its position, so the next
+    draw there takes another way, at most `left` times per sequence.
+
+    Dead ends come from constraints checked on the text (uniqueItems over items whose
+    language is not finite, duplicate keys, check sites): the grammar allows a prefix that the
+    check then closes off, e.g. an array item that can only end as a copy of an earlier one. A
+    dead end that recurs near the last one doubles how far the next backtrack jumps (up to 64
+    tokens): the way into it may have many spellings (``inde|x``, ``ind|ex``, ...) and the
+    choice to undo lies before all of them. When the token budget alone leaves nothing, the
+    budget gives way first (`Budgeted.give_way`) and the draw is retried in place. After a
+    backtrack the text is still in the language, but the log-weight is no longer a proper
+    importance weight (SMC therefore drops dead particles by their weight instead).
+    """
+
+    __slots__ = ("left", "banned", "last_dead_end", "jump")
+
+    def __init__(self, left: int):
+        self.left = left
+        self.banned: dict[int, set[int]] = {}  # position -> tokens forbidden there
+        self.last_dead_end: int | None = None
+        self.jump = 1  # tokens the last backtrack undid
+
+    def fork(self) -> Backtracker:
+        twin = Backtracker(self.left)
+        twin.banned = {position: set(ids) for position, ids in self.banned.items()}
+        twin.last_dead_end, twin.jump = self.last_dead_end, self.jump
+        return twin
+
+    def without_banned(self, row: torch.Tensor, position: int) -> torch.Tensor:
+        """`row` with the tokens banned at `position` at -inf."""
+        ids = self.banned.get(position)
+        if not ids:
+            return row
+        return row.index_fill(-1, torch.tensor(sorted(ids), device=row.device), -math.inf)
+
+    def recover(self, sequence: Sequence) -> bool:
+        """Back `sequence` off its dead end; False when no backtrack is left or nothing can
+        be undone."""
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        position = len(sequence.tokens)
+        budget = sequence.budget
+        if budget is not None and budget.give_way(self.banned.get(position, set())):
+            return True
+        if not sequence.tokens:
+            return False
+        recurs = self.last_dead_end is not None and position <= self.last_dead_end + _NEARBY
+        self.jump = min(2 * self.jump, _MAX_JUMP) if recurs else 1
+        self.last_dead_end = position
+        n = min(self.jump, len(sequence.tokens))
+        position, token = len(sequence.tokens) - n, sequence.tokens[-n]
+        sequence.rollback(n)
+        self.banned = {p: ids for p, ids in self.banned.items() if p <= position}
+        self.banned.setdefault(position, set()).add(token)
+        return True

@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from constrain.decoding.loop import Sampling
-from constrain.decoding.sequence import DecodeStats, Sequence
+from constrain.decoding.sequence import Sequence
+from constrain.results import DecodeStats, SMCResult, WeightedText
 from constrain.samplers import TokenSampler, token_sampler
 
-__all__ = ["SMC", "SMCResult", "SMCSampling", "WeightedText", "resample"]
+__all__ = ["SMC", "SMCSampling", "resample"]
 
 _RESAMPLING = ("multinomial", "stratified", "systematic")
 
@@ -62,67 +63,6 @@ class SMC:
         if self.resampling not in _RESAMPLING:
             raise ValueError(f"resampling must be one of {_RESAMPLING}, got {self.resampling!r}")
         token_sampler(self.token_sampler)  # an unknown name fails here
-
-
-@dataclass(frozen=True)
-class WeightedText:
-    """One SMC particle's outcome."""
-
-    text: str
-    tokens: list[int]
-    log_weight: float  # unnormalised: the product of its incremental weights
-    weight: float  # normalised over the particles (sums to 1 unless every particle died)
-    finish_reason: str  # "stop", "length" or "dead"
-    complete: bool
-
-
-@dataclass
-class SMCResult:
-    """Every particle with its normalised weight, the log marginal likelihood and statistics.
-
-    Attributes:
-        particles: the final particles.
-        log_ml: unbiased (in exp) estimate of log Z, the log probability of the constraint.
-        ess: the effective sample size before each step's resampling decision.
-        resamples: how many times the particles were resampled.
-        stats: forwards, checks and times across steps (of the whole run: every prompt).
-    """
-
-    particles: list[WeightedText]
-    log_ml: float
-    ess: list[float] = field(default_factory=list)
-    resamples: int = 0
-    stats: DecodeStats = field(default_factory=DecodeStats)
-
-    @property
-    def posterior(self) -> dict[str, float]:
-        """Texts with their total normalised weight (identical texts merged), best first."""
-        merged: dict[str, float] = defaultdict(float)
-        for p in self.particles:
-            if p.weight > 0:
-                merged[p.text] += p.weight
-        return dict(sorted(merged.items(), key=lambda kv: -kv[1]))
-
-    @property
-    def best(self) -> WeightedText | None:
-        """The particle whose text has the largest posterior weight (None if all died)."""
-        posterior = self.posterior
-        if not posterior:
-            return None
-        text = next(iter(posterior))
-        return max((p for p in self.particles if p.text == text), key=lambda p: p.weight)
-
-    def choice(self, generator: np.random.Generator | None = None) -> WeightedText | None:
-        """A particle drawn in proportion to its weight (None if all died)."""
-        weights = np.array([p.weight for p in self.particles])
-        if weights.sum() <= 0:
-            return None
-        rng = generator or np.random.default_rng()
-        return self.particles[int(rng.choice(len(weights), p=weights / weights.sum()))]
-
-    @property
-    def mean_ess(self) -> float:
-        return float(np.mean(self.ess)) if self.ess else float("nan")
 
 
 class SMCSampling(Sampling):

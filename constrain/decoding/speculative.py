@@ -28,7 +28,8 @@ import torch
 from constrain.decoding import target
 from constrain.decoding.drafters import Draft, ModelDrafter, lookup_continuations
 from constrain.decoding.loop import Sampling, forward, record
-from constrain.decoding.sequence import DecodeStats, Sequence
+from constrain.decoding.sequence import Sequence
+from constrain.results import DecodeStats
 from constrain.samplers.base import Draw, TokenSampler, categorical
 
 __all__ = ["Speculative", "SpeculativeSampling"]
@@ -70,16 +71,6 @@ class Speculative:
     def __post_init__(self):
         if self.k < 1 or self.branches < 1 or self.lookup < 0:
             raise ValueError("k and branches must be >= 1, lookup >= 0")
-
-    @classmethod
-    def named(cls, sources: str) -> Speculative:
-        """Settings from a '+'-separated list of draft sources, "forced", "lookup" (the
-        command line's ``--speculative forced+lookup``)."""
-        chosen = set(sources.split("+"))
-        unknown = chosen - {"forced", "lookup"}
-        if unknown:
-            raise ValueError(f"unknown draft sources {sorted(unknown)}; expected forced, lookup")
-        return cls(forced="forced" in chosen, lookup=3 if "lookup" in chosen else 0)
 
 
 class _Drafting:
@@ -225,9 +216,7 @@ class SpeculativeSampling(Sampling):
             draft, (main, term_rows) = drafts[alive[0]], scored[alive[0]]
             matcher = draft.matchers[i] if i < len(draft) else draft.final
             prefix = s.tokens + emitted
-            row = s.stack.before_constraint(main[i], [r[i] for r in term_rows], prefix)
-            if s.backtracker is not None:
-                row = s.backtracker.without_banned(row, len(prefix))
+            row = s.control_row(main, term_rows, i, emitted)
             guess = None if self.greedy else _sampled_guess(drafts[0], i, alive)
             if guess is not None:
                 d = self._leviathan(row, matcher, prefix, s, *guess)

@@ -2,9 +2,8 @@
 
 `BoundStack` resolves each term (a term without a model uses the generation's; one whose model
 and prompt are the generation's own reads the main row instead of a stream of its own), starts
-the term streams of a sequence, and, for a batch of sequences, runs one forward per distinct
-model over every stream that needs it: the targets and, say, CFG's unconditional prompts of
-all particles together.
+the term streams of a sequence, and applies the stack's stages to its rows. The decoding loop
+runs the forwards (`constrain.decoding.forward`: one per model for a whole batch).
 """
 
 from __future__ import annotations
@@ -62,42 +61,6 @@ class BoundStack:
 
     def step(self, prefix: Sequence[int]) -> Step:
         return Step(tuple(prefix), self.prompt_ids, self.model.vocab)
-
-    def rows(self, streams: Sequence, terms: Sequence[list]) -> list[tuple[torch.Tensor, list]]:
-        """For each sequence (its main stream and term streams): the main row and the term
-        rows, from one batched forward per model."""
-        scored = self.score(streams, terms, [[] for _ in streams])
-        return [(main[-1], [rows[-1] for rows in term_rows]) for main, term_rows in scored]
-
-    def score(self, streams: Sequence, terms: Sequence[list], token_lists: Sequence[list]):
-        """For each sequence: (k+1, V) main rows and term rows after appending its tokens
-        (speculative verification), from one batched forward per model."""
-        groups: dict[int, tuple[object, list, list, list]] = {}
-
-        def need(model, stream, tokens, slot):
-            groups.setdefault(id(model), (model, [], [], []))
-            model_streams, model_tokens, slots = groups[id(model)][1:]
-            model_streams.append(stream)
-            model_tokens.append(tokens)
-            slots.append(slot)
-
-        for i, (stream, own, tokens) in enumerate(zip(streams, terms, token_lists)):
-            need(self.model, stream, tokens, (i, None))
-            for j, term_stream in enumerate(own):
-                if term_stream is not None:
-                    need(self.term_models[j], term_stream, tokens, (i, j))
-        out = [[None, [None] * len(self.term_models)] for _ in streams]
-        for model, batch, tokens, slots in groups.values():
-            for (i, j), rows in zip(slots, model.score_many(batch, tokens)):
-                if j is None:
-                    out[i][0] = rows
-                else:
-                    out[i][1][j] = rows
-        for main, term_rows in out:
-            for j, rows in enumerate(term_rows):
-                if rows is None:
-                    term_rows[j] = main
-        return [(main, term_rows) for main, term_rows in out]
 
     def before_constraint(self, main: torch.Tensor, term_rows: list, prefix) -> torch.Tensor:
         if not self.stack.control:
