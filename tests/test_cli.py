@@ -53,15 +53,52 @@ def test_stream_verbose_and_smc(model_dir, capsys):
             "--regex",
             "[ab]{2}",
             "--sampler",
-            "smc",
-            "--particles",
-            "3",
+            "smc:3",
             "--seed",
             "1",
             "x",
         ]
     )
     assert code == 0 and len(capsys.readouterr().out.strip()) == 2
+
+
+def test_every_decoding_option_reaches_the_config(model_dir, capsys):
+    """The decoding options are DecodingConfig's fields: speculation, a timeout, processors,
+    the budget switch, backtracks, and an inline schema."""
+    from dataclasses import fields
+
+    from constrain.cli import build_parser
+    from constrain.decoding import DecodingConfig
+
+    generate = build_parser()._subparsers._group_actions[0].choices["generate"]
+    flags = {a.dest for a in generate._actions}
+    assert {f.name for f in fields(DecodingConfig)} <= flags
+    schema = '{"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}'
+    argv = ["generate", "x", "--model", model_dir, "--schema", schema, "--greedy"]
+    argv += ["--speculative", "forced+lookup", "--timeout", "30", "--max-tokens", "16"]
+    argv += ["--processor", "top_k=5", "--no-fit-max-tokens", "--backtracks", "4", "-v"]
+    code = main(argv)
+    captured = capsys.readouterr()
+    report = json.loads(captured.err.strip().splitlines()[-1])
+    if code == 0:
+        assert isinstance(json.loads(captured.out)["n"], int)
+    else:  # cut by max_tokens: the budget was switched off
+        assert code == 3 and report["finish_reason"] == "length"
+
+
+def test_bad_options_are_usage_errors(model_dir, capsys):
+    for flags, needle in (
+        (["--sampler", "beam"], "unknown sampler"),
+        (["--speculative", "draft"], "unknown draft sources"),
+        (["--processor", "top_q=3"], "NAME=VALUE"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(["generate", "x", "--model", model_dir, *flags])
+        assert exc.value.code == 2 and needle in capsys.readouterr().err, flags
+    assert main(["generate", "x", "--model", model_dir, "--schema", "{not json"]) == 2
+    assert "not JSON" in capsys.readouterr().err
+    assert main(["generate", "x", "--model", model_dir, "--schema", "missing.json"]) == 2
+    assert "no such file" in capsys.readouterr().err
 
 
 def test_errors_are_reported_not_raised(model_dir, capsys):
