@@ -72,7 +72,7 @@ def first_step_kl(model, prompt: str, processors: list) -> float:
     """KL(processed || plain) of the first next-token distribution."""
     ids = model.encode_prompt(prompt)
     stack = BoundStack(ProcessorStack(processors), model, ids, prompt)
-    sequence = Sequence.start(
+    sequence = Sequence(
         model, stack, cn.Constraint(cn.Grammar.from_regex("(?:.|\n)*"), model.vocab).start()
     )
     ((rows, term_rows),) = forward([sequence])

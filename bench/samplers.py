@@ -40,12 +40,13 @@ if __package__ in (None, ""):
 import jsonschema
 import numpy as np
 import torch
-from constrain.samplers.sequence import Particle, StepStats, decode
 
 import constrain as cn
 from bench.common import argument_parser, emit
 from constrain.bench.report import fmt, percentile
+from constrain.decoding import Sampling, Sequence, decode
 from constrain.processors.bound import BoundStack
+from constrain.results import DecodeStats
 from constrain.samplers import token_sampler
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -135,27 +136,19 @@ def alone(schema: dict, vocab, calls: list[tuple[str, tuple]]) -> list[float]:
 
 def run_one(
     model, prompt_ids, schema, sampler, max_tokens, seed
-) -> tuple[Particle, StepStats, float, list]:
+) -> tuple[Sequence, DecodeStats, float, list]:
     """One sequence on a fresh compile; returns it, its step statistics, the wall time and the
     constraint calls it made (for `alone`)."""
     constraint = cn.Constraint(compile_schema(schema), model.vocab)
     generator = torch.Generator(device=model.device).manual_seed(seed)
-    stats = StepStats()
+    stats = DecodeStats()
     t0 = time.perf_counter()
     matcher = _Recording(constraint.start())
-    particle = Particle(model.start(prompt_ids), matcher)
-    (particle,) = decode(
-        model,
-        [particle],
-        token_sampler(sampler),
-        max_tokens=max_tokens,
-        stack=BoundStack.plain(model, prompt_ids),
-        generator=generator,
-        greedy=False,
-        stats=stats,
-        score_eos=False,
-    )
-    return particle, stats, time.perf_counter() - t0, matcher.calls
+    sequence = Sequence(model, BoundStack.plain(model, prompt_ids), matcher)
+    strategy = Sampling(token_sampler(sampler), generator, stats, scores_eos=False)
+    for _ in decode([sequence], strategy, max_tokens=max_tokens):
+        pass
+    return sequence, stats, time.perf_counter() - t0, matcher.calls
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -186,6 +179,7 @@ def main(argv: list[str] | None = None) -> None:
             "ess": [],
             "resamples": 0,
             "ratios": [],
+            "outputs": [],  # each run's text (SMC: the best particle's), to compare runs
         }
         for name in ["lcd", "awrs", *(f"smc-{n}" for n in particle_counts)]
     }
@@ -197,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
         prompt_ids = model.encode_prompt(prompt)
         single_step = None
         for sampler in ("lcd", "awrs"):
-            particle, stats, seconds, calls = run_one(
+            sequence, stats, seconds, calls = run_one(
                 model, prompt_ids, schema, sampler, args.max_tokens, args.seed + i
             )
             row = rows[sampler]
@@ -209,19 +203,24 @@ def main(argv: list[str] | None = None) -> None:
             row["checks"] += stats.checks
             row["masks"] += stats.masks
             row["step_s"] += stats.step_s
-            complete = particle.matcher.finished()
+            complete = sequence.matcher.finished()
+            row["outputs"].append(model.vocab.decode(sequence.tokens))
             row["complete"] += complete
             if complete:
-                value = json.loads(model.vocab.decode(particle.tokens))
+                value = json.loads(model.vocab.decode(sequence.tokens))
                 row["valid"] += jsonschema.Draft202012Validator(schema).is_valid(value)
             if sampler == "awrs":
                 single_step = float(np.mean(stats.step_s)) if stats.step_s else None
         for n in particle_counts:
-            constraint = cn.Constraint(compile_schema(schema), model.vocab)
-            result = cn.SMC(particles=n).run(
-                model, prompt_ids, constraint, max_tokens=args.max_tokens, seed=args.seed + i
+            generator = cn.Generator(
+                model, grammar=compile_schema(schema), sampler=cn.SMC(n), max_tokens=args.max_tokens
             )
+            run = generator.start([prompt], seed=args.seed + i)
+            for _ in run.steps():
+                pass
+            result = run.smc_result(0)
             row = rows[f"smc-{n}"]
+            row["outputs"].append(result.best.text if result.best else None)
             row["tokens"] += len(result.stats.draw_s)
             row["draw_s"] += result.stats.draw_s
             row["sample_s"] += result.stats.sample_s
@@ -264,6 +263,7 @@ def _results(rows: dict[str, dict]) -> list[dict]:
                 "resamples": r["resamples"],
                 "complete": r["complete"],
                 "valid": r["valid"],
+                "outputs": r["outputs"],
             }
         )
     return out

@@ -25,15 +25,19 @@ import torch
 
 from constrain import decoding
 from constrain.constraints import ConstraintSpec
-from constrain.decoding import SMC, Deadline, DecodingConfig
+from constrain.decoding import Deadline
 from constrain.engine.grammar import Grammar
 from constrain.errors import ConstrainError
 from constrain.models.base import LanguageModel
+from constrain.options import SMC, DecodingConfig
 from constrain.processors import ProcessorStack
 from constrain.processors.bound import BoundStack
 from constrain.results import DecodeStats, GenerationResult, GenerationStats, SMCResult
+from constrain.samplers import token_sampler
 
-__all__ = ["Generator", "Run", "TextStream", "generate", "smc", "stream"]
+__all__ = ["Generator", "Prompt", "Run", "TextStream", "generate", "smc", "stream"]
+
+Prompt = str | Sequence[dict]  # a user message, or chat messages ({"role", "content"})
 
 
 class Generator:
@@ -41,14 +45,11 @@ class Generator:
 
     Args:
         model: a loaded model (`cn.load_model()`, `cn.from_transformers(...)`, a toy model).
-        regex / choices / grammar / schema / type: the constraint (at most one; none means
-            free text), see `ConstraintSpec`. Compiled constraints are kept per vocabulary by
-            their specification.
-        schema_options: options of `Grammar.from_json_schema` (`whitespace`, `any_order`, ...).
-        config: a `DecodingConfig`; `options` (its field names: `sampler`, `processors`,
-            `max_tokens`, `fit_max_tokens`, `temperature`, `greedy`, `timeout`,
-            `speculative`, `backtracks`, `chat`, `system`) replace its fields. See
-            `DecodingConfig` for what each does.
+        regex / choices / grammar / schema / type / schema_options: the constraint (at most
+            one; none means free text), see `ConstraintSpec`; compiled ones are kept per
+            vocabulary by their specification.
+        config: a `DecodingConfig`; `options` (its field names: `sampler`, `max_tokens`,
+            `greedy`, `speculative`, ...) replace its fields.
     """
 
     def __init__(
@@ -65,26 +66,24 @@ class Generator:
         **options: Any,
     ):
         self.model = model
-        self.config = replace(config or DecodingConfig(), **options)
+        self.config = c = replace(config or DecodingConfig(), **options)
+        if c.token_samples:
+            token_sampler(c.sampler)  # a sampler object must have `.sample`
         self.spec = ConstraintSpec(regex, choices, grammar, schema, type, schema_options)
         t0 = time.perf_counter()
         self.constraint = self.spec.constraint(model.vocab)
         self.compile_s = time.perf_counter() - t0
-        self.stack = ProcessorStack(self.config.processors, self.config.temperature)
+        self.stack = ProcessorStack(c.processors, c.temperature)
         # free text is complete after any token: no budget to fit
-        self.fits_budget = (
-            self.config.fit_max_tokens and self.spec.kind != "free" and self.config.token_samples
-        )
+        self.fits_budget = c.fit_max_tokens and self.spec.kind != "free" and c.token_samples
         self._budget_checked = not self.fits_budget
 
-    def __call__(
-        self, prompt: str | Sequence[dict], *, seed: int | None = None
-    ) -> GenerationResult:
-        """One generation for `prompt` (a user message or a list of chat messages)."""
+    def __call__(self, prompt: Prompt, *, seed: int | None = None) -> GenerationResult:
+        """One generation for `prompt`."""
         return self.batch([prompt], seed=seed)[0]
 
     def batch(
-        self, prompts: Sequence[str | Sequence[dict]], *, seed: int | None = None
+        self, prompts: Sequence[Prompt], *, seed: int | None = None
     ) -> list[GenerationResult]:
         """One generation per prompt, all advancing in one batched forward per step."""
         run = self.start(prompts, seed)
@@ -92,20 +91,21 @@ class Generator:
             pass
         return run.results()
 
-    def stream(self, prompt: str | Sequence[dict], *, seed: int | None = None) -> TextStream:
-        """The text of one generation as it is produced (token samplers, with or without
-        speculation); the stream's `.result` holds the `GenerationResult` once it is
-        exhausted."""
+    def stream(self, prompt: Prompt, *, seed: int | None = None) -> TextStream:
+        """The text of one generation as it is produced (token samplers, speculative or not);
+        the stream's `.result` holds the `GenerationResult` once it is exhausted."""
         if not self.config.token_samples:
             raise ValueError("streaming needs a token sampler ('awrs', 'lcd'), not SMC or ASAp")
         return TextStream(self, prompt, seed)
 
-    def start(self, prompts: Sequence[str | Sequence[dict]], seed: int | None = None) -> Run:
+    def start(self, prompts: Sequence[Prompt], seed: int | None = None) -> Run:
         """The generations of `prompts`, prefilled and ready to step."""
-        self._warn_if_nothing_fits()
+        if not self._budget_checked:
+            self._budget_checked = True
+            self._warn_if_nothing_fits()
         return Run(self, prompts, seed if seed is not None else random.getrandbits(63))
 
-    def bound_stack(self, prompt: str | Sequence[dict]) -> BoundStack:
+    def bound_stack(self, prompt: Prompt) -> BoundStack:
         """The processor stack bound to a generation for `prompt` (its encoded prompt too)."""
         c = self.config
         ids = self.model.encode_prompt(prompt, chat=c.chat, system=c.system)
@@ -113,14 +113,9 @@ class Generator:
 
     def _warn_if_nothing_fits(self) -> None:
         """Say before the first generation when the shortest text the automaton finds is
-        longer than `max_tokens`: every generation would end with finish reason "length"
-        after spending the whole budget. (A warning, not an error: that text is the shortest
-        in bytes, and another spelling could need fewer tokens.)"""
-        if self._budget_checked:
-            return
-        self._budget_checked = True
-        shortest = self.constraint.shortest_tokens()
-        max_tokens = self.config.max_tokens
+        longer than `max_tokens`: every generation would end "length" after spending the
+        whole budget (a warning: another spelling could need fewer tokens)."""
+        shortest, max_tokens = self.constraint.shortest_tokens(), self.config.max_tokens
         if shortest is not None and shortest > max_tokens:
             warnings.warn(
                 f"the shortest text this constraint allows that the engine finds is {shortest} "
@@ -134,85 +129,71 @@ class Run:
     """One call's generations in flight: the sequences (SMC: N particles per prompt), the
     strategy that steps them, and the counters, from prefill to results."""
 
-    def __init__(self, generator: Generator, prompts: Sequence[str | Sequence[dict]], seed: int):
+    def __init__(self, generator: Generator, prompts: Sequence[Prompt], seed: int):
         self.t_call = time.perf_counter()
-        self.generator = generator
-        self.seed = seed
-        config = generator.config
-        self.rng = np.random.default_rng(seed)
-        smc = config.sampler if isinstance(config.sampler, SMC) else None
-        torch_seed = int(self.rng.integers(2**63 - 1)) if smc is not None else seed
+        self.generator, self.seed, self.prompts = generator, seed, len(prompts)
+        c = generator.config
+        self.smc = c.sampler if isinstance(c.sampler, SMC) else None
+        rng = np.random.default_rng(seed)
+        torch_seed = int(rng.integers(2**63 - 1)) if self.smc is not None else seed
         torch_generator = torch.Generator(device=generator.model.device).manual_seed(torch_seed)
         self.stats = DecodeStats()
-        self.strategy = config.strategy(torch_generator, self.stats, self.rng)
-        budget = config.max_tokens if generator.fits_budget else None
+        self.strategy = strategy(c, torch_generator, self.stats, rng)
+        budget = c.max_tokens if generator.fits_budget else None
+        backtracks = c.backtracks if c.token_samples else 0
         self.sequences: list[decoding.Sequence] = []
         for i, prompt in enumerate(prompts):
-            first = decoding.Sequence.start(
-                generator.model,
-                generator.bound_stack(prompt),
-                generator.constraint.start(budget),
-                backtracks=config.backtracks if config.token_samples else 0,
-                group=i,
+            stack, matcher = generator.bound_stack(prompt), generator.constraint.start(budget)
+            first = decoding.Sequence(
+                generator.model, stack, matcher, backtracks=backtracks, group=i
             )
-            particles = smc.particles if smc is not None else 1
-            self.sequences += [first] + [first.fork() for _ in range(particles - 1)]
-        self.prompts = len(prompts)
+            copies = self.smc.particles - 1 if self.smc is not None else 0
+            self.sequences += [first] + [first.fork() for _ in range(copies)]
         self.prefill_s = time.perf_counter() - self.t_call
-        self.decode_started = 0.0
+        self.decode_started = time.perf_counter()
 
     def steps(self) -> Iterator[list[decoding.Sequence]]:
         """Decode to the end, yielding the sequences after every step."""
-        config = self.generator.config
-        timeout = config.timeout
-        deadline = Deadline(timeout, self.generator.fits_budget) if timeout is not None else None
+        c = self.generator.config
+        deadline = (
+            Deadline(c.timeout, self.generator.fits_budget) if c.timeout is not None else None
+        )
         self.decode_started = time.perf_counter()
-        for current in decoding.decode(
-            self.sequences,
-            self.strategy,
-            max_tokens=config.max_tokens,
-            deadline=deadline,
-        ):
+        steps = decoding.decode(
+            self.sequences, self.strategy, max_tokens=c.max_tokens, deadline=deadline
+        )
+        for current in steps:
             self.sequences = current
             yield current
 
     def results(self) -> list[GenerationResult]:
         """One result per prompt (SMC: a particle drawn by weight, with all particles)."""
-        if isinstance(self.generator.config.sampler, SMC):
-            return [self._smc_result(i) for i in range(self.prompts)]
-        return [self._result(s) for s in self.sequences]
+        if self.smc is None:
+            return [self._result(s) for s in self.sequences]
+        out = []
+        for group in range(self.prompts):
+            result = self.smc_result(group)
+            chosen = result.choice(np.random.default_rng(self.seed + group)) or result.particles[0]
+            out.append(
+                self._finish(chosen, result.log_ml, self._stats(self.stats, 0), result.particles)
+            )
+        return out
 
     def smc_result(self, group: int) -> SMCResult:
         """The particles of prompt `group` with their weights and log marginal likelihood."""
         return self.strategy.result(group, [s for s in self.sequences if s.group == group])
 
-    def _smc_result(self, group: int) -> GenerationResult:
-        result = self.smc_result(group)
-        chosen = result.choice(np.random.default_rng(self.seed + group)) or result.particles[0]
-        stats = self._stats(self.stats, forced=0)
-        return self._finish(
-            chosen.tokens,
-            chosen.complete,
-            chosen.finish_reason,
-            result.log_ml,
-            stats,
-            result.particles,
-        )
-
-    def _result(self, sequence: decoding.Sequence) -> GenerationResult:
-        if sequence.finish_reason == "dead":
+    def _result(self, s: decoding.Sequence) -> GenerationResult:
+        if s.finish_reason == "dead":
             backtracks = self.generator.config.backtracks
-            left = sequence.backtracker.left if sequence.backtracker is not None else 0
-            tail = sequence.model.vocab.decode(sequence.tokens)[-80:]
+            left = s.backtracker.left if s.backtracker is not None else 0
             raise ConstrainError(
-                f"generation cannot continue after {len(sequence.tokens)} tokens (text ends "
-                f"{tail!r}, {backtracks - left} of {backtracks} backtracks used): {sequence.reason}"
+                f"generation cannot continue after {len(s.tokens)} tokens (text ends "
+                f"{s.model.vocab.decode(s.tokens)[-80:]!r}, {backtracks - left} of {backtracks} "
+                f"backtracks used): {s.reason}"
             )
-        stats = self._stats(sequence.stats, sequence.matcher.count_forced(sequence.tokens))
-        complete = sequence.matcher.finished()
-        return self._finish(
-            sequence.tokens, complete, sequence.finish_reason, sequence.log_weight, stats
-        )
+        stats = self._stats(s.stats, s.matcher.count_forced(s.tokens))
+        return self._finish(s, s.log_weight, stats)
 
     def _stats(self, counters: DecodeStats, forced: int) -> GenerationStats:
         now, compile_s = time.perf_counter(), self.generator.compile_s
@@ -226,12 +207,30 @@ class Run:
             forced=forced,
         )
 
-    def _finish(self, tokens, complete, finish_reason, log_weight, stats, particles=None):
-        text = self.generator.model.vocab.decode(tokens)
+    def _finish(self, ended, log_weight: float, stats: GenerationStats, particles=None):
+        """The result of `ended`, a sequence or an SMC particle (`WeightedText`)."""
+        complete = ended.complete if particles is not None else ended.matcher.finished()
+        text = self.generator.model.vocab.decode(ended.tokens)
         value = self.generator.spec.value(text) if complete else None
+        reason = ended.finish_reason or "length"
         return GenerationResult(
-            text, value, list(tokens), finish_reason, complete, log_weight, stats, particles
+            text, value, list(ended.tokens), reason, complete, log_weight, stats, particles
         )
+
+
+def strategy(
+    config: DecodingConfig, generator: torch.Generator, stats: DecodeStats, rng
+) -> decoding.Strategy:
+    """The decoding loop's strategy for `config`."""
+    if isinstance(config.sampler, SMC):
+        return decoding.SMCSampling(config.sampler, generator, stats, rng)
+    if isinstance(config.sampler, decoding.ASAp):
+        return decoding.ASApSampling(config.sampler, generator, stats)
+    if config.speculative is not None:
+        return decoding.SpeculativeSampling(config, generator, stats)
+    # greedy has no weight to complete: it saves the forward that weighs EOS
+    sampler, greedy = token_sampler(config.sampler), config.greedy
+    return decoding.Sampling(sampler, generator, stats, greedy=greedy, scores_eos=not greedy)
 
 
 class TextStream:
@@ -239,24 +238,20 @@ class TextStream:
     the `GenerationResult`. Pieces are whole UTF-8 characters (a token that ends inside a
     character waits for the next)."""
 
-    def __init__(self, generator: Generator, prompt: str | Sequence[dict], seed: int | None):
-        self.generator = generator
-        self.prompt = prompt
-        self.seed = seed
+    def __init__(self, generator: Generator, prompt: Prompt, seed: int | None):
+        self.generator, self.prompt, self.seed = generator, prompt, seed
         self.result: GenerationResult | None = None
 
     def __iter__(self) -> Iterator[str]:
         run = self.generator.start([self.prompt], self.seed)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        vocab = self.generator.model.vocab
         sent = 0
         for (sequence,) in run.steps():
-            piece = decoder.decode(vocab.decode_bytes(sequence.tokens[sent:]))
+            piece = decoder.decode(sequence.model.vocab.decode_bytes(sequence.tokens[sent:]))
             sent = len(sequence.tokens)
             if piece:
                 yield piece
-        tail = decoder.decode(b"", final=True)
-        if tail:
+        if tail := decoder.decode(b"", final=True):
             yield tail
         (self.result,) = run.results()
 
@@ -266,9 +261,9 @@ class TextStream:
 
 def generate(
     model: LanguageModel,
-    prompt: str | Sequence[dict] | None = None,
+    prompt: Prompt | None = None,
     *,
-    prompts: Sequence[str | Sequence[dict]] | None = None,
+    prompts: Sequence[Prompt] | None = None,
     seed: int | None = None,
     **options: Any,
 ) -> GenerationResult | list[GenerationResult]:
@@ -286,7 +281,7 @@ def generate(
 
 
 def stream(
-    model: LanguageModel, prompt: str | Sequence[dict], *, seed: int | None = None, **options: Any
+    model: LanguageModel, prompt: Prompt, *, seed: int | None = None, **options: Any
 ) -> TextStream:
     """The text of one generation as it is produced: ``for piece in cn.stream(...)``.
     Options as `generate`; the stream's `.result` is set when it is exhausted."""
@@ -295,7 +290,7 @@ def stream(
 
 def smc(
     model: LanguageModel,
-    prompt: str | Sequence[dict],
+    prompt: Prompt,
     *,
     particles: int = 8,
     ess_threshold: float = 0.5,

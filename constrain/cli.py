@@ -16,9 +16,9 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from constrain.decoding import SMC, ASAp, DecodingConfig, Speculative
-from constrain.decoding.config import HELP
+from constrain.decoding import ASAp
 from constrain.errors import ConstrainError
+from constrain.options import HELP, SMC, DecodingConfig, Speculative
 from constrain.processors import CFG, MinP, Processor, RepetitionPenalty, TopH, TopK, TopP, Typical
 from constrain.samplers import token_sampler
 

@@ -68,7 +68,7 @@ def test_every_decoding_option_reaches_the_config(model_dir, capsys):
     from dataclasses import fields
 
     from constrain.cli import build_parser
-    from constrain.decoding import DecodingConfig
+    from constrain.options import DecodingConfig
 
     generate = build_parser()._subparsers._group_actions[0].choices["generate"]
     flags = {a.dest for a in generate._actions}

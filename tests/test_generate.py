@@ -210,10 +210,9 @@ def test_deadline_sets_the_budget():
     """The time left becomes a token budget at the recent step time (a step emits at least one
     token, speculative or not), with a margin and a reserve for one slow step, capped by
     max_tokens; it follows the step time both ways (a slow start does not fix it)."""
-    from constrain.decoding import Deadline, Sequence
+    from constrain.decoding import Deadline
 
-    constraint = cn.Constraint(cn.Grammar.from_regex("[a-z]+"), _letters_vocab())
-    s = Sequence(None, None, constraint.start(max_tokens=1000), None, [])
+    s = _toy_sequence("[ab]+", backtracks=0, max_tokens=1000)
     s.stats.step_s = [0.1] * 8
     deadline = Deadline(60.0, fit_budget=True)
     deadline.plan(s, elapsed=57.0)
@@ -225,11 +224,6 @@ def test_deadline_sets_the_budget():
     assert s.budget.limit == 0  # inside the reserve: close as fast as possible
     deadline.plan(s, elapsed=30.0)
     assert s.budget.limit == 1000
-
-
-def _letters_vocab() -> cn.Vocabulary:
-    tokens = [bytes([c]) for c in range(ord("a"), ord("z") + 1)] + [None]
-    return cn.Vocabulary(tokens, eos_ids=[len(tokens) - 1])
 
 
 def test_dead_end_backtracks_to_another_item():
@@ -287,7 +281,7 @@ def _toy_sequence(pattern: str, backtracks: int, max_tokens: int | None = None):
     lm = ToyLM(["a", "b"], lambda context: [0.5, 0.5, 0.0])
     constraint = cn.Constraint(cn.Grammar.from_regex(pattern), lm.vocab)
     stack = BoundStack.plain(lm, [lm.bos_id])
-    return Sequence.start(lm, stack, constraint.start(max_tokens), backtracks=backtracks)
+    return Sequence(lm, stack, constraint.start(max_tokens), backtracks=backtracks)
 
 
 def test_recurring_dead_ends_jump_back_further():

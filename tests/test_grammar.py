@@ -175,7 +175,7 @@ def test_case_insensitive_strings_and_priorities():
 
 
 def test_library_grammars_via_generate_argument_forms(tmp_path):
-    from constrain.specs import grammar_from as _as_grammar
+    from constrain.constraints import grammar_from as _as_grammar
 
     assert _as_grammar("sql") is library.load("sql")
     path = tmp_path / "g.lark"

@@ -22,7 +22,8 @@ import pytest
 # module belongs to the entry that is its longest dotted prefix. This table mirrors the layer
 # diagram of docs/architecture.md; change both together.
 LAYERS: list[tuple[str, ...]] = [
-    ("constrain.errors", "constrain.datadirs", "constrain.results"),  # plain data, no deps
+    # plain data and helpers that import nothing of the package
+    ("constrain.errors", "constrain.datadirs", "constrain.results", "constrain.options"),
     ("constrain.engine",),
     # the grammar and example-schema libraries; the JSON Schema front end
     ("constrain.grammars", "constrain.schemas", "constrain.jsonschema"),
@@ -402,3 +403,13 @@ def test_lower_layers_load_without_torch(module):
         timeout=120,
     )
     assert run.returncode == 0, f"import {module} failed or loaded the model stack:\n{run.stderr}"
+
+
+def test_every_module_says_what_it_is_for():
+    """Every module of the package opens with a docstring whose first line says what it is."""
+    missing = []
+    for name, path in MODULES.items():
+        doc = ast.get_docstring(ast.parse(path.read_text()))
+        if not doc or len(doc.strip().splitlines()[0]) < 20:
+            missing.append(name)
+    assert not missing, f"modules without a first-line docstring: {missing}"

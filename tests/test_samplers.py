@@ -322,6 +322,17 @@ def test_smc_at_max_tokens_forces_eos_or_kills(seq_lm):
             assert p.log_weight == -math.inf and p.weight == 0
 
 
+def test_every_sampler_name_resolves():
+    """The names the options accept are the token samplers the loop can build."""
+    from constrain.options import TOKEN_SAMPLERS
+    from constrain.samplers import token_sampler
+
+    for name in TOKEN_SAMPLERS:
+        assert callable(token_sampler(name).sample)
+    with pytest.raises(ValueError, match="unknown sampler"):
+        token_sampler("beam")
+
+
 def test_resampling_schemes_are_unbiased():
     """Each scheme's expected offspring count is N * w_i."""
     w = np.array([0.5, 0.3, 0.15, 0.05])

@@ -208,24 +208,14 @@ def test_lookup_draft_ends_at_eos():
     from constrain.decoding import Sequence, SpeculativeSampling
     from constrain.processors.bound import BoundStack
     from constrain.results import DecodeStats
-    from constrain.samplers import LCD
 
     lm = ToyLM.uniform(TOKENS, 0.1)
     eos = lm.vocab.eos_ids[0]
     prompt = [1, 0, eos, 0]  # "b a" once before, followed by EOS
     constraint = cn.Constraint(cn.Grammar.from_regex("(ba)+"), lm.vocab)
-    s = Sequence.start(lm, BoundStack.plain(lm, prompt), constraint.start())
+    s = Sequence(lm, BoundStack.plain(lm, prompt), constraint.start())
     s.emit([1, 0])  # "ba"
-    settings = cn.Speculative(forced=False, k=8)
-    strategy = SpeculativeSampling(
-        settings,
-        LCD(),
-        None,
-        DecodeStats(),
-        greedy=True,
-        scores_eos=False,
-        max_tokens=64,
-        temperature=1.0,
-    )
+    config = cn.DecodingConfig(speculative=cn.Speculative(forced=False, k=8), greedy=True)
+    strategy = SpeculativeSampling(config, None, DecodeStats())
     (draft,), _ = strategy.propose(s, 8)
     assert draft.tokens[-1] == eos and draft.final.finished()

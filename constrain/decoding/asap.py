@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from constrain.decoding import target
 from constrain.decoding.loop import Sampling
 from constrain.decoding.sequence import Sequence
 from constrain.results import DecodeStats
@@ -159,19 +160,17 @@ class ASApSampling(Sampling):
             self.asap.bind(sequence)
             path = self._paths[id(sequence)] = [self.asap.root]
         node = path[-1]
-        row = sequence.stack.after_constraint(row, sequence.tokens)
-        matcher = sequence.matcher
-        mask = matcher.constraint.device_mask(matcher, row.device)[: row.shape[-1]]
-        scores = row.double().masked_fill(~mask, -math.inf)
+        dist, log_z = target.distribution(row, sequence.matcher, sequence.tokens, sequence.stack)
         if node.log_z is None:
-            node.log_z = float(torch.logsumexp(scores, dim=-1))
-        for token, (_, child) in node.children.items():
-            scores[token] += math.log(child.theta) if child.theta > 0 else -math.inf
-        token, _ = categorical(scores, self.generator)
+            node.log_z = log_z
+        if log_z > -math.inf:
+            for token, (_, child) in node.children.items():
+                dist[token] += math.log(child.theta) if child.theta > 0 else -math.inf
+        token, _ = categorical(dist, self.generator) if log_z > -math.inf else (-1, 0.0)
         if token < 0:
-            return Draw(0, -math.inf, masks=1, reason="every allowed token has probability 0")
-        if token not in node.children:
-            node.children[token] = (float(row[token]), _Node())
+            return Draw(0, -math.inf, masks=1, reason=target.NOTHING_ALLOWED)
+        if token not in node.children:  # p(t | u), the allowed mass log_z times p~
+            node.children[token] = (float(dist[token]) + log_z, _Node())
         path.append(node.children[token][1])
         return Draw(token, 0.0, masks=1)
 

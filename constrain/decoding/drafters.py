@@ -51,14 +51,8 @@ class Draft:
     def prefix(self, n: int) -> Draft:
         """A copy of the first n drafted tokens (a branch point)."""
         final = self.matchers[n] if n < len(self) else self.final
-        return Draft(
-            final,
-            tokens=self.tokens[:n],
-            matchers=self.matchers[:n],
-            proposals=self.proposals[:n],
-            sources=self.sources[:n],
-            forced=self.forced[:n],
-        )
+        lists = ("tokens", "matchers", "proposals", "sources", "forced")
+        return Draft(final, **{name: getattr(self, name)[:n] for name in lists})
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -90,8 +84,7 @@ class ModelDrafter:
     its masked, tempered distribution, which verification needs as q."""
 
     def __init__(self, model, prompt_ids: list[int], temperature: float = 1.0):
-        self.model = model
-        self.temperature = temperature
+        self.model, self.temperature = model, temperature
         self.stream = model.start(prompt_ids)
 
     def sync(self, tokens: list[int]) -> None:
@@ -107,9 +100,9 @@ class ModelDrafter:
     def propose(self, mask: torch.Tensor | None, generator, greedy: bool):
         """(token, its log-distribution) from the draft model, among the allowed tokens
         (among all tokens when `mask` is None: an unmasked draft)."""
-        row = self.model.logprobs([self.stream])[0].double()
-        if self.temperature != 1.0:
-            row = torch.log_softmax(row / self.temperature, dim=-1)
+        row = torch.log_softmax(
+            self.model.logprobs([self.stream])[0].double() / self.temperature, -1
+        )
         masked = row
         if mask is not None:
             masked = row.masked_fill(~mask[: row.shape[-1]].to(row.device), -math.inf)

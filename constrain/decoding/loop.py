@@ -56,15 +56,20 @@ def decode(
     there) and once more at the end. A sequence ends with EOS, when only EOS can follow
     (without `scores_eos`: at once, with no forward), at `max_tokens` (EOS forced where its
     text is complete), when the deadline passes, or dead."""
+    stepped = False
     while True:
         running = [s for s in sequences if s.running]
-        _finish_at_length([s for s in running if len(s.tokens) >= max_tokens], strategy)
+        if deadline is not None and stepped:
+            deadline.apply(running)
+        _finish_at_length(
+            [s for s in running if s.running and len(s.tokens) >= max_tokens], strategy
+        )
         for s in running:
             if s.running and not strategy.scores_eos and s.matcher.done():
                 s.emit(s.matcher.constraint.vocab.eos_ids[:1])
             if not s.running:
                 strategy.finished(s)
-        running = [s for s in sequences if s.running]
+        running = [s for s in running if s.running]
         if not running:
             yield sequences
             return
@@ -76,9 +81,7 @@ def decode(
             s.stats.step_s.append(elapsed)
             if not s.running:
                 strategy.finished(s)
-        sequences = strategy.between_steps(sequences)
-        if deadline is not None:
-            deadline.apply(sequences)
+        sequences, stepped = strategy.between_steps(sequences), True
         yield sequences
 
 

@@ -41,41 +41,21 @@ class Sequence:
         model: LanguageModel,
         stack: BoundStack,
         matcher: TokenMatcher,
-        stream: Stream | None,
-        terms: list,
         *,
-        backtracker: Backtracker | None = None,
+        backtracks: int = 0,
         group: int = 0,
     ):
-        self.model = model
-        self.stack = stack
-        self.matcher = matcher
-        self.stream = stream
-        self.terms = terms  # the processors' term streams (None: the term reads the main row)
+        """A sequence after the prompt of `stack`, prefilled; it may undo `backtracks` times
+        at dead ends."""
+        self.model, self.stack, self.matcher, self.group = model, stack, matcher, group
+        self.stream: Stream | None = model.start(stack.prompt_ids)
+        self.terms = stack.start_terms()  # the processors' streams (None: reads the main row)
         self.tokens: list[int] = []
         self.log_weight = 0.0
         self.finish_reason: str | None = None
         self.reason = ""  # why it ended, in words
-        self.backtracker = backtracker
-        self.group = group
+        self.backtracker = Backtracker(backtracks) if backtracks > 0 else None
         self.stats = DecodeStats()
-
-    @classmethod
-    def start(
-        cls,
-        model: LanguageModel,
-        stack: BoundStack,
-        matcher: TokenMatcher,
-        *,
-        backtracks: int = 0,
-        group: int = 0,
-    ) -> Sequence:
-        """A sequence after the prompt of `stack`, prefilled."""
-        backtracker = Backtracker(backtracks) if backtracks > 0 else None
-        stream = model.start(stack.prompt_ids)
-        return cls(
-            model, stack, matcher, stream, stack.start_terms(), backtracker=backtracker, group=group
-        )
 
     @property
     def running(self) -> bool:
@@ -88,9 +68,8 @@ class Sequence:
 
     def streams(self) -> list[tuple[LanguageModel, Stream]]:
         """(model, stream) of the main stream and of every term stream of its own."""
-        pairs = [(self.model, self.stream)]
-        pairs += [(m, s) for m, s in zip(self.stack.term_models, self.terms) if s is not None]
-        return pairs
+        terms = [(m, s) for m, s in zip(self.stack.term_models, self.terms) if s is not None]
+        return [(self.model, self.stream), *terms]
 
     def control_row(
         self, main: torch.Tensor, term_rows: list[torch.Tensor], i: int = -1, emitted=()
@@ -137,15 +116,13 @@ class Sequence:
         ]
         twin.matcher, twin.tokens = self.matcher.fork(), list(self.tokens)
         twin.stats = copy.deepcopy(self.stats)
-        twin.backtracker = self.backtracker.fork() if self.backtracker is not None else None
+        twin.backtracker = copy.deepcopy(self.backtracker)
         return twin
 
     def finish(self, reason: str, why: str = "") -> None:
         """End the sequence and release its KV caches."""
-        self.finish_reason = reason
-        self.reason = why
-        self.stream = None
-        self.terms = [None] * len(self.terms)
+        self.finish_reason, self.reason = reason, why
+        self.stream, self.terms = None, [None] * len(self.terms)
 
     def dead_end(self, why: str) -> None:
         """No allowed token has probability > 0: back off (`Backtracker`), else die."""
@@ -180,12 +157,6 @@ class Backtracker:
         self.banned: dict[int, set[int]] = {}  # position -> tokens forbidden there
         self.last_dead_end: int | None = None
         self.jump = 1  # tokens the last backtrack undid
-
-    def fork(self) -> Backtracker:
-        twin = Backtracker(self.left)
-        twin.banned = {position: set(ids) for position, ids in self.banned.items()}
-        twin.last_dead_end, twin.jump = self.last_dead_end, self.jump
-        return twin
 
     def without_banned(self, row: torch.Tensor, position: int) -> torch.Tensor:
         """`row` with the tokens banned at `position` at -inf."""

@@ -22,60 +22,24 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from constrain.decoding.loop import Sampling
 from constrain.decoding.sequence import Sequence
+from constrain.options import RESAMPLING, SMC
 from constrain.results import DecodeStats, SMCResult, WeightedText
-from constrain.samplers import TokenSampler, token_sampler
+from constrain.samplers import token_sampler
 
-__all__ = ["SMC", "SMCSampling", "resample"]
-
-_RESAMPLING = ("multinomial", "stratified", "systematic")
-
-
-@dataclass
-class SMC:
-    """Sequential Monte Carlo settings: ``cn.generate(..., sampler=cn.SMC(...))`` or
-    ``cn.smc(...)``.
-
-    Args:
-        particles: number of particles N (per prompt).
-        ess_threshold: resample when the effective sample size falls below this fraction of N
-            (0 never resamples: importance sampling; 1 resamples at every step).
-        resampling: "stratified" (default), "systematic" or "multinomial".
-        token_sampler: "awrs" (default), "lcd", "awrs-two-pass" or a token sampler object.
-    """
-
-    particles: int = 8
-    ess_threshold: float = 0.5
-    resampling: str = "stratified"
-    token_sampler: str | TokenSampler = "awrs"
-
-    def __post_init__(self):
-        if self.particles < 1:
-            raise ValueError(f"particles must be >= 1, got {self.particles}")
-        if not 0 <= self.ess_threshold <= 1:
-            raise ValueError(f"ess_threshold must be in [0, 1], got {self.ess_threshold}")
-        if self.resampling not in _RESAMPLING:
-            raise ValueError(f"resampling must be one of {_RESAMPLING}, got {self.resampling!r}")
-        token_sampler(self.token_sampler)  # an unknown name fails here
+__all__ = ["SMCSampling", "resample"]
 
 
 class SMCSampling(Sampling):
     """Token sampling for every particle, then each prompt's particles resampled when their
     effective sample size is low (see the module docstring)."""
 
-    def __init__(
-        self,
-        settings: SMC,
-        generator: torch.Generator,
-        stats: DecodeStats,
-        rng: np.random.Generator,
-    ):
+    def __init__(self, settings: SMC, generator: torch.Generator, stats: DecodeStats, rng):
         super().__init__(token_sampler(settings.token_sampler), generator, stats, scores_eos=True)
         self.settings = settings
         self.rng = rng
@@ -109,19 +73,19 @@ class SMCSampling(Sampling):
 
     def result(self, group: int, particles: list[Sequence]) -> SMCResult:
         """The outcome of one prompt's particles."""
-        weights = normalised([p.log_weight for p in particles])
+        log_weights = [p.log_weight for p in particles]
         texts = [
             WeightedText(
-                text=p.model.vocab.decode(p.tokens),
-                tokens=list(p.tokens),
-                log_weight=p.log_weight,
-                weight=float(w),
-                finish_reason=p.finish_reason or "length",
-                complete=p.matcher.finished(),
+                p.model.vocab.decode(p.tokens),
+                list(p.tokens),
+                p.log_weight,
+                float(w),
+                p.finish_reason or "length",
+                p.matcher.finished(),
             )
-            for p, w in zip(particles, weights)
+            for p, w in zip(particles, normalised(log_weights))
         ]
-        log_ml = log_mean_exp([p.log_weight for p in particles])
+        log_ml = log_mean_exp(log_weights)
         return SMCResult(texts, log_ml, self.ess[group], self.resamples[group], self.stats)
 
 
@@ -135,19 +99,17 @@ def resample(weights: np.ndarray, method: str, rng: np.random.Generator) -> np.n
     elif method == "systematic":
         points = (np.arange(n) + rng.random()) / n
     else:
-        raise ValueError(f"resampling must be one of {_RESAMPLING}, got {method!r}")
+        raise ValueError(f"resampling must be one of {RESAMPLING}, got {method!r}")
     return np.minimum(np.searchsorted(np.cumsum(weights), points, side="right"), n - 1)
 
 
 def log_mean_exp(values: list[float]) -> float:
-    finite = [v for v in values if v != -math.inf]
-    if not finite:
-        return -math.inf
-    top = max(finite)
-    return top + math.log(sum(math.exp(v - top) for v in finite) / len(values))
+    """log(mean(exp(values))), -inf when every value is."""
+    return float(np.logaddexp.reduce(np.array(values, dtype=np.float64))) - math.log(len(values))
 
 
 def normalised(log_weights: list[float]) -> np.ndarray:
+    """The weights, summing to 1 (all 0 when every log-weight is -inf)."""
     lw = np.array(log_weights, dtype=np.float64)
     if np.all(lw == -np.inf):
         return np.zeros(len(lw))

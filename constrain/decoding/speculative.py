@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import torch
 
@@ -29,108 +28,45 @@ from constrain.decoding import target
 from constrain.decoding.drafters import Draft, ModelDrafter, lookup_continuations
 from constrain.decoding.loop import Sampling, forward, record
 from constrain.decoding.sequence import Sequence
+from constrain.options import DecodingConfig, Speculative
 from constrain.results import DecodeStats
-from constrain.samplers.base import Draw, TokenSampler, categorical
+from constrain.samplers import token_sampler
+from constrain.samplers.base import Draw, categorical
 
-__all__ = ["Speculative", "SpeculativeSampling"]
-
-
-@dataclass
-class Speculative:
-    """Speculative decoding settings: ``cn.generate(..., speculative=cn.Speculative(...))``.
-
-    Args:
-        draft: a draft model sharing the tokenizer (e.g. ``model.with_layers(range(8))`` for
-            self-speculation, see `constrain.models.layers`); None: deterministic drafts only.
-        k: the longest draft per target forward.
-        forced: draft the tokens the grammar forces.
-        lookup: prompt lookup: copy what followed the longest n-gram (n <= lookup) of the
-            text's end found earlier in the prompt or the text; 0 turns it off.
-        branches: prompt-lookup continuations verified together (a tree; 1: chains).
-        adaptive: grow k by 2 after a fully kept draft, shrink it by 1 after a rejection.
-        mask_drafts: the draft model draws among allowed tokens only (default; it never
-            lowers acceptance). Unmasked, a forbidden draft token ends the draft and the
-            replacement there comes from ``norm((p~ - q~)+)``.
-        draft_confidence: the draft model stops drafting after a token it gave less than
-            this probability (its next guesses would rarely survive).
-        min_draft_acceptance: after 16 of its tokens were verified, a draft model kept less
-            often than this is not asked again in this generation (its forwards cost more
-            than they save).
-    """
-
-    draft: object = None
-    k: int = 6
-    forced: bool = True
-    lookup: int = 3
-    branches: int = 1
-    adaptive: bool = True
-    mask_drafts: bool = True
-    draft_confidence: float = 0.4
-    min_draft_acceptance: float = 0.3
-
-    def __post_init__(self):
-        if self.k < 1 or self.branches < 1 or self.lookup < 0:
-            raise ValueError("k and branches must be >= 1, lookup >= 0")
-
-
-class _Drafting:
-    """What speculation keeps per sequence: its draft length and its draft model's stream."""
-
-    __slots__ = ("k", "drafter")
-
-    def __init__(self, k: int, drafter: ModelDrafter | None):
-        self.k = k
-        self.drafter = drafter
+__all__ = ["SpeculativeSampling"]
 
 
 class SpeculativeSampling(Sampling):
     """Propose drafts for every sequence, verify them all in one batched forward."""
 
     def __init__(
-        self,
-        settings: Speculative,
-        sampler: TokenSampler,
-        generator: torch.Generator | None,
-        stats: DecodeStats,
-        *,
-        greedy: bool,
-        scores_eos: bool,
-        max_tokens: int,
-        temperature: float,
+        self, config: DecodingConfig, generator: torch.Generator | None, stats: DecodeStats
     ):
-        super().__init__(sampler, generator, stats, greedy=greedy, scores_eos=scores_eos)
-        self.settings = settings
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self._drafting: dict[int, _Drafting] = {}  # by id() of the running sequences
+        sampler, greedy = token_sampler(config.sampler), config.greedy
+        super().__init__(sampler, generator, stats, greedy=greedy, scores_eos=not greedy)
+        self.settings: Speculative = config.speculative
+        self.max_tokens, self.temperature = config.max_tokens, config.temperature
+        # by id() of the running sequences: the draft length, the draft model's stream
+        self._k: dict[int, int] = {}
+        self._drafters: dict[int, ModelDrafter] = {}
 
     def finished(self, sequence: Sequence) -> None:
-        self._drafting.pop(id(sequence), None)
+        self._k.pop(id(sequence), None)
+        self._drafters.pop(id(sequence), None)
 
     def step(self, sequences: list[Sequence]) -> None:
-        states = [self._state(s) for s in sequences]
         drafts, spent = [], []
-        for s, state in zip(sequences, states):
+        for s in sequences:
             t_draft = time.perf_counter()
-            proposed, model_s = self.propose(s, min(state.k, self.max_tokens - len(s.tokens) - 1))
+            k = self._k.setdefault(id(s), self.settings.k)
+            proposed, model_s = self.propose(s, min(k, self.max_tokens - len(s.tokens) - 1))
             drafts.append(proposed)
             spent.append(time.perf_counter() - t_draft - model_s)  # checks, forced text
         branches = [[s] + [s.fork() for _ in d[1:]] for s, d in zip(sequences, drafts)]
         flat = [b for group in branches for b in group]
         scored = iter(forward(flat, [d.tokens for group in drafts for d in group], self.stats))
-        for s, state, group, ds, seconds in zip(sequences, states, branches, drafts, spent):
-            rows = [next(scored) for _ in group]
-            self.verify(s, state, group, ds, rows, seconds)
-
-    def _state(self, s: Sequence) -> _Drafting:
-        state = self._drafting.get(id(s))
-        if state is None:
-            draft = self.settings.draft
-            drafter = None
-            if draft is not None:
-                drafter = ModelDrafter(draft, list(s.stack.prompt_ids), self.temperature)
-            state = self._drafting[id(s)] = _Drafting(self.settings.k, drafter)
-        return state
+        for s, group, ds, seconds in zip(sequences, branches, drafts, spent):
+            self.verify(s, group, ds, [next(scored) for _ in group], seconds)
 
     # -- drafting --------------------------------------------------------------------------------
 
@@ -138,7 +74,7 @@ class SpeculativeSampling(Sampling):
         """Drafts after `s`: one chain of at most k tokens, plus branches where prompt lookup
         finds several continuations (at its first use); and the draft model's seconds."""
         settings, eos = self.settings, s.matcher.constraint.vocab.eos_ids
-        state, model_s = self._state(s), 0.0
+        model_s = 0.0
         main = Draft(s.matcher)
         drafts = [main]
         while len(main) < k:
@@ -160,13 +96,14 @@ class SpeculativeSampling(Sampling):
                         if _take(branch, other, k, "lookup", eos):
                             drafts.append(branch)
                     continue
-            if not self._drafter_pays(s, state):
+            drafter = self._drafter(s)
+            if drafter is None:
                 break
-            state.drafter.sync(s.tokens + main.tokens)
+            drafter.sync(s.tokens + main.tokens)
             final = main.final
             mask = final.constraint.device_mask(final, "cpu") if settings.mask_drafts else None
             t_model = time.perf_counter()
-            token, proposal = state.drafter.propose(mask, self.generator, self.greedy)
+            token, proposal = drafter.propose(mask, self.generator, self.greedy)
             model_s += time.perf_counter() - t_model
             if token is None:
                 break
@@ -178,11 +115,17 @@ class SpeculativeSampling(Sampling):
                 break
         return drafts, model_s
 
-    def _drafter_pays(self, s: Sequence, state: _Drafting) -> bool:
-        if state.drafter is None:
-            return False
+    def _drafter(self, s: Sequence) -> ModelDrafter | None:
+        """The draft model's stream for `s`, while the draft model pays for itself."""
+        if self.settings.draft is None:
+            return None
         drafted, kept = s.stats.drafted.get("model", 0), s.stats.kept.get("model", 0)
-        return drafted < 16 or kept >= self.settings.min_draft_acceptance * drafted
+        if drafted >= 16 and kept < self.settings.min_draft_acceptance * drafted:
+            return None
+        if id(s) not in self._drafters:
+            prompt = list(s.stack.prompt_ids)
+            self._drafters[id(s)] = ModelDrafter(self.settings.draft, prompt, self.temperature)
+        return self._drafters[id(s)]
 
     def _take_forced(self, s: Sequence, draft: Draft, k: int) -> bool:
         """Draft the forced text token by token: where the model tokenized the same forced
@@ -206,7 +149,7 @@ class SpeculativeSampling(Sampling):
 
     # -- verification ------------------------------------------------------------------------------
 
-    def verify(self, s: Sequence, state, branches, drafts, scored, constraint_s: float) -> None:
+    def verify(self, s: Sequence, branches, drafts, scored, constraint_s: float) -> None:
         """Emit on `s` the kept tokens of its drafts and one more (see the module docstring)."""
         emitted: list[int] = []
         eos = set(s.matcher.constraint.vocab.eos_ids)
@@ -247,8 +190,10 @@ class SpeculativeSampling(Sampling):
         s.stats.constraint_s += seconds
         self.stats.constraint_s += seconds
         if self.settings.adaptive:
-            grown = min(state.k + 2, 4 * self.settings.k)
-            state.k = grown if kept == len(drafts[alive[0]]) else max(1, state.k - 1)
+            k = self._k[id(s)]
+            self._k[id(s)] = (
+                min(k + 2, 4 * self.settings.k) if kept == len(drafts[alive[0]]) else max(1, k - 1)
+            )
 
     def _leviathan(self, row, matcher, prefix, s: Sequence, x: int, q: torch.Tensor) -> Draw:
         """A draft model's token x ~ q~ is kept with probability min(1, p~(x) / q~(x)) (0 for
