@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["path"]
+from constrain.errors import ConstrainError
+
+__all__ = ["names", "path", "file"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -18,3 +20,17 @@ def path(name: str) -> Path:
     """The data directory `name` ("grammars", "schemas"): its installed copy, else the checkout's."""
     installed = _PACKAGE / "data" / name
     return installed if installed.is_dir() else _PACKAGE.parent / name
+
+
+def names(directory: str, suffix: str) -> list[str]:
+    """The names of the files ending in `suffix` in data directory `directory`."""
+    return sorted(p.stem for p in path(directory).glob(f"*{suffix}"))
+
+
+def file(directory: str, name: str, suffix: str, error: type[ConstrainError]) -> Path:
+    """The file `name` + `suffix` of data directory `directory`; `error` names the others."""
+    found = path(directory) / f"{name}{suffix}"
+    if not found.is_file():
+        available = ", ".join(names(directory, suffix))
+        raise error(f"no {name!r} in {directory}/; available: {available}")
+    return found

@@ -15,20 +15,15 @@ from constrain.errors import GrammarError
 
 __all__ = ["load", "names", "path"]
 
-_DIR = datadirs.path("grammars")
-
 
 def names() -> list[str]:
     """The names of the library grammars."""
-    return sorted(p.stem for p in _DIR.glob("*.lark"))
+    return datadirs.names("grammars", ".lark")
 
 
 def path(name: str) -> Path:
     """The file of library grammar `name`."""
-    file = _DIR / f"{name}.lark"
-    if not file.is_file():
-        raise GrammarError(f"no library grammar {name!r}; available: {', '.join(names())}")
-    return file
+    return datadirs.file("grammars", name, ".lark", GrammarError)
 
 
 @cache

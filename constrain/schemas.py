@@ -15,20 +15,15 @@ from constrain.errors import ConstrainError
 
 __all__ = ["load", "names", "path"]
 
-_DIR = datadirs.path("schemas")
-
 
 def names() -> list[str]:
     """The names of the example schemas."""
-    return sorted(p.stem for p in _DIR.glob("*.json"))
+    return datadirs.names("schemas", ".json")
 
 
 def path(name: str) -> Path:
     """The file of example schema `name` (for `constrain generate --schema`)."""
-    file = _DIR / f"{name}.json"
-    if not file.is_file():
-        raise ConstrainError(f"no example schema {name!r}; available: {', '.join(names())}")
-    return file
+    return datadirs.file("schemas", name, ".json", ConstrainError)
 
 
 def load(name: str) -> dict:

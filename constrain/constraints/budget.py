@@ -19,12 +19,13 @@ shared by every sequence of a constraint.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 
 import numpy as np
 
+from constrain.constraints.wrapper import MatcherWrapper
 from constrain.engine.cache import BoundedCache
-from constrain.engine.matcher import TokenAutomaton, TokenMatcher, advance_many
+from constrain.engine.matcher import TokenAutomaton, TokenMatcher
 from constrain.errors import InvalidTokenError
 
 __all__ = ["Budgeted", "CompletionPlans"]
@@ -113,11 +114,11 @@ class CompletionPlans:
         return owed
 
 
-class Budgeted:
+class Budgeted(MatcherWrapper):
     """`inner` held to a token budget of `limit` tokens (EOS not counted; see the module
     docstring), which may move between `floor` and `ceiling` while generating."""
 
-    __slots__ = ("inner", "plans", "limit", "ceiling", "floor", "slack_at", "_closing")
+    __slots__ = ("plans", "limit", "ceiling", "floor", "slack_at", "_closing")
 
     def __init__(
         self,
@@ -126,7 +127,7 @@ class Budgeted:
         limit: int,
         ceiling: int | None = None,
     ):
-        self.inner = inner
+        super().__init__(inner)
         self.plans = plans
         self.limit = limit
         self.ceiling = limit if ceiling is None else ceiling
@@ -136,18 +137,6 @@ class Budgeted:
         self._closing: tuple[int, tuple[int, ...], int] | None = None
 
     # -- queries ----------------------------------------------------------------------------------
-
-    @property
-    def constraint(self):
-        return self.inner.constraint
-
-    @property
-    def state(self) -> Hashable:
-        return self.inner.state
-
-    @property
-    def n_tokens(self) -> int:
-        return self.inner.n_tokens
 
     def check(self, token: int) -> bool:
         inner = self.inner
@@ -190,27 +179,12 @@ class Budgeted:
             return False
         return self._closing_token() is not None or self._window() is not None
 
-    def accepting(self) -> bool:
-        return self.inner.accepting()
-
-    def done(self) -> bool:
-        return self.inner.done()
-
-    def finished(self) -> bool:
-        return self.inner.finished()
-
-    def forced_bytes(self) -> bytes:
-        return self.inner.forced_bytes()
-
     def forced(self) -> list[int]:
         """The inner matcher's forced tokens; while closing, the rest of the completion."""
         if self._closing_token() is not None:
             start, ids, _ = self._closing
             return list(ids[self.n_tokens - start :])
         return self.inner.forced()
-
-    def count_forced(self, tokens: Sequence[int]) -> int:
-        return self.inner.count_forced(tokens)
 
     # -- state changes ----------------------------------------------------------------------------
 
@@ -230,9 +204,6 @@ class Budgeted:
                     f"{where}: no completion after it fits in max_tokens={self.limit}"
                 )
         inner.advance(token)
-
-    def advance_many(self, tokens: Sequence[int]) -> None:
-        advance_many(self, tokens)
 
     def rollback(self, n: int = 1) -> None:
         self.inner.rollback(n)

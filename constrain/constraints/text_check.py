@@ -10,13 +10,14 @@ its current state are fed to it by `check` and `mask`; `advance` feeds every tok
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 
 import numpy as np
 
+from constrain.constraints.wrapper import MatcherWrapper
 from constrain.engine.automaton import TextCheck
 from constrain.engine.cache import BoundedCache
-from constrain.engine.matcher import TokenMatcher, advance_many
+from constrain.engine.matcher import TokenMatcher
 from constrain.engine.vocab import Vocabulary
 from constrain.errors import InvalidTokenError
 
@@ -25,10 +26,10 @@ __all__ = ["TextChecked", "selected_tokens"]
 _SELECTIONS_KEPT = 1024  # token sets per vocabulary, one per (kind of check, selector)
 
 
-class TextChecked:
+class TextChecked(MatcherWrapper):
     """`inner` with `text_check` applied to its text (see the module docstring)."""
 
-    __slots__ = ("inner", "text_check", "vocab", "_texts", "_fed")
+    __slots__ = ("text_check", "vocab", "_texts", "_fed")
 
     def __init__(
         self,
@@ -37,7 +38,7 @@ class TextChecked:
         vocab: Vocabulary,
         texts: list | None = None,
     ):
-        self.inner = inner
+        super().__init__(inner)
         self.text_check = text_check
         self.vocab = vocab
         self._texts = texts if texts is not None else [text_check.start]
@@ -45,18 +46,6 @@ class TextChecked:
         self._fed: tuple = (None, {})
 
     # -- queries ----------------------------------------------------------------------------------
-
-    @property
-    def constraint(self):
-        return self.inner.constraint
-
-    @property
-    def state(self) -> Hashable:
-        return self.inner.state
-
-    @property
-    def n_tokens(self) -> int:
-        return self.inner.n_tokens
 
     def check(self, token: int) -> bool:
         return self.inner.check(token) and self._allows(token)
@@ -79,24 +68,6 @@ class TextChecked:
             return None
         return self.inner.mask_key()
 
-    def accepting(self) -> bool:
-        return self.inner.accepting()
-
-    def done(self) -> bool:
-        return self.inner.done()
-
-    def finished(self) -> bool:
-        return self.inner.finished()
-
-    def forced_bytes(self) -> bytes:
-        return self.inner.forced_bytes()
-
-    def forced(self) -> list[int]:
-        return self.inner.forced()
-
-    def count_forced(self, tokens: Sequence[int]) -> int:
-        return self.inner.count_forced(tokens)
-
     # -- state changes ----------------------------------------------------------------------------
 
     def advance(self, token: int) -> None:
@@ -109,9 +80,6 @@ class TextChecked:
                 f"repeated unique item"
             )
         self._texts.append(text)
-
-    def advance_many(self, tokens: Sequence[int]) -> None:
-        advance_many(self, tokens)
 
     def rollback(self, n: int = 1) -> None:
         self.inner.rollback(n)
@@ -144,9 +112,6 @@ class TextChecked:
         data = self.vocab.token_bytes(token)
         after = fed[token] = self.text_check.feed(here, data) if data else here
         return after
-
-    def __repr__(self) -> str:
-        return f"TextChecked({self.inner!r})"
 
 
 def selected_tokens(vocab: Vocabulary, text_check: TextCheck, selector: Hashable) -> np.ndarray:
