@@ -398,6 +398,79 @@ def test_check_sites_are_exact(schema, values):
         assert grammar.matches(text) == validator.is_valid(value), text
 
 
+_UNIQUE = {"uniqueItems": True}
+_APART = {"additionalProperties": {"type": "integer"}}  # "some extra key has a bad value"
+RELAXED_AT_SITES = [
+    # a check site relaxes `not` / `oneOf` / `if`; what it lets through must still be exact
+    {"not": _UNIQUE},
+    {"not": {"uniqueItems": True, "items": {"type": "integer"}}},
+    {"not": {"type": "array", "uniqueItems": True}},
+    {"not": {"type": ["array", "null"], "uniqueItems": True}},
+    {"not": {"minimum": 3, "uniqueItems": True}},
+    {"not": {"maxLength": 2, "uniqueItems": True}},
+    {"not": {"maxLength": 10000}},  # a long bound: no exact complement of its strings
+    {"not": {"enum": [1, "a", None, [1, 1]], "uniqueItems": True}},
+    {"not": {"contains": {"type": "integer"}}},
+    {"not": {"contains": {"type": "integer"}, "uniqueItems": True}},
+    {"not": {"dependentSchemas": {"a": {"required": ["b"]}}}},
+    {"not": {"dependentSchemas": {"a": {"not": _UNIQUE}}}},
+    {"not": {"propertyNames": {"pattern": "^a"}}},
+    {"not": {"patternProperties": {"^a": {"type": "integer"}}}},
+    {"not": _APART},
+    {"not": {"unevaluatedItems": False, "prefixItems": [{}], "uniqueItems": True}},
+    {"not": {"unevaluatedProperties": False, "properties": {"a": {}}, "uniqueItems": True}},
+    {"not": {"not": _UNIQUE}},
+    {"not": {"not": {"not": _UNIQUE}}},
+    {"not": {"items": {"not": _UNIQUE}}},
+    {"not": {"properties": {"a": {"not": _UNIQUE}}}},
+    {"not": {"anyOf": [_UNIQUE, {"type": "integer"}]}},
+    {"not": {"anyOf": [{"not": _UNIQUE}, {"type": "integer"}]}},
+    {"not": {"oneOf": [_UNIQUE, {"type": "integer"}]}},
+    {"not": {"allOf": [_UNIQUE, {"minimum": 2}]}},
+    {"not": {"if": _UNIQUE, "then": {"type": "array"}}},
+    {"type": ["integer", "array"], "not": _UNIQUE},
+    {"anyOf": [{"not": _UNIQUE}, {"type": "integer"}]},
+    {"oneOf": [_UNIQUE, {"type": "integer"}]},
+    {"oneOf": [{"not": _UNIQUE}, {"type": "number"}]},
+    {"oneOf": [_APART, {"minimum": 2}]},
+    {"oneOf": [_APART, {"type": "object"}, {"type": "number"}, {"minimum": 1}]},
+    {"oneOf": [_APART, {"maxLength": 1}, {"pattern": "^a"}]},
+    {"if": _UNIQUE, "then": {"type": "array"}, "else": {"type": "string"}},
+    {"if": {"not": _UNIQUE}, "then": {"minItems": 3}, "else": {"type": "null"}},
+    {"if": {"minimum": 1}, "then": {"not": _UNIQUE}, "else": {"type": "boolean"}},
+    {"if": {"type": "integer"}, "then": {"minimum": 3}, "else": {"not": _UNIQUE}},
+    {"if": _APART, "then": {"minimum": 3}, "else": {"type": "string"}},
+    {"items": {"not": _UNIQUE}},
+    {"properties": {"a": {"not": _UNIQUE}}},
+    {"dependentSchemas": {"a": {"not": _UNIQUE}}},
+]
+RELAXED_INSTANCES = [
+    *(None, True, False, 0, 1, 2, 2.5, 5, -1),
+    *("", "a", "ab", "abc", "b"),
+    *([], [1], [1, 1], [1, 2], ["a", "a"], [None, None], [1, 1, 1], [1, 2, 3]),
+    *([[1, 1]], [[1, 2]], [[1, 1], [1, 1]], [{"a": 1}, {"a": 1}], [{"a": 1}, {"a": 2}]),
+    *({}, {"a": 1}, {"a": "x"}, {"b": 1}, {"a": 1, "b": 2}, {"ab": [1, 1]}),
+    *({"a": [1, 1]}, {"a": [1, 2]}, {"a": {"a": [1, 1]}}),
+]
+
+
+@pytest.mark.parametrize("schema", RELAXED_AT_SITES, ids=[json.dumps(s) for s in RELAXED_AT_SITES])
+def test_check_sites_relax_nothing_the_check_cannot_see(schema):
+    """A check site validates a value when it ends (a closing quote or bracket), which a number,
+    null or boolean ending the document never does: its relaxed shape must keep those exact, so
+    `{"not": {"uniqueItems": true}}` admits neither `null` nor `1`. Every instance is accepted
+    exactly when it is valid."""
+    grammar = cn.Grammar.from_json_schema(schema, any_order=True)
+    validator = jsonschema.Draft202012Validator(schema)
+    wrong = [
+        text
+        for value in RELAXED_INSTANCES
+        if grammar.matches(text := json.dumps(value, separators=(",", ":")))
+        != validator.is_valid(value)
+    ]
+    assert not wrong, wrong
+
+
 def test_check_site_masks_match_brute_force(smollm_vocab):
     """Inside a value validated on completion, the mask refuses exactly the tokens that
     complete an invalid value (and `check` agrees)."""

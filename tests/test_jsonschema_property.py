@@ -146,7 +146,12 @@ def _has_repeats(value) -> bool:
 
 
 @pytest.mark.parametrize(
-    "seed_schema", [{"not": {"minimum": 3}}, {"oneOf": [{"maximum": 3}, {"multipleOf": 2}]}]
+    "seed_schema",
+    [
+        {"not": {"minimum": 3}},
+        {"oneOf": [{"maximum": 3}, {"multipleOf": 2}]},
+        {"not": {"uniqueItems": True}},  # a check site: no number is valid
+    ],
 )
 def test_known_cases(seed_schema):
     grammar = cn.Grammar.from_json_schema(seed_schema)

@@ -32,6 +32,7 @@ from constrain.jsonschema.shapes import (
     NOTHING,
     SCALARS,
     STRINGS,
+    UNQUOTED,
     ArrayShape,
     KeySet,
     ObjectShape,
@@ -69,6 +70,7 @@ class ShapeAlgebra:
         self._meets: dict[tuple[Shape, Shape], Shape] = {}
         self._differences: dict[tuple[Shape, Shape], Shape] = {}
         self._complements: dict[Shape, Shape] = {}
+        self._unquoted: dict[Shape, Shape] = {}
         self._key_set_dfas: dict[KeySet, ByteDFA] = {}
         # operations on shapes not filled yet: (inputs, output, compute the output's parts)
         self._deferred: list[tuple[list[Shape], Shape, Parts]] = []
@@ -360,6 +362,34 @@ class ShapeAlgebra:
             return self.dfa_union(scalars), arrays, objects, text
 
         return self.later(list(shapes), Shape(), parts)
+
+    # -- check sites ------------------------------------------------------------------------------
+
+    def unquoted(self, shape: Shape) -> Shape:
+        """The null, boolean and number values of `shape` alone (no strings, arrays, objects or
+        checks): what a check site must keep exact (see `relaxed`)."""
+        got = self._unquoted.get(shape)
+        if got is None:
+
+            def parts() -> tuple:
+                return self.dfa_and(shape.scalars, UNQUOTED), [], []
+
+            got = self._unquoted[shape] = _nothing_if_empty(self.later([shape], Shape(), parts))
+        return got
+
+    def relaxed(self, exact: Shape, wider: Shape) -> Shape:
+        """The null, boolean and number values of `exact` with the strings, arrays and objects of
+        `wider` (a superset of the exact ones), without checks: what a check site keeps of an
+        applicator the algebra cannot combine exactly. The site's check decides the values it
+        sees complete, at a closing quote or bracket; but a number (or null, true, false) may
+        end the text unseen (``1`` may go on as ``12``), so those must be exact already."""
+
+        def parts() -> tuple:
+            strings = self.dfa_and(wider.scalars, STRINGS)
+            scalars = self.dfa_or(self.dfa_and(exact.scalars, UNQUOTED), strings)
+            return scalars, list(wider.arrays), list(wider.objects), wider.text
+
+        return _nothing_if_empty(self.later([exact, wider], Shape(), parts))
 
     # -- complement ---------------------------------------------------------------------------------
 

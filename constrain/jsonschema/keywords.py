@@ -41,9 +41,10 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "if / then / else": ("exact", "(if and then) or (not if and else); as `not`"),
     "(check sites)": ("exact", "a schema object whose `oneOf` / `not` / `if` has no normal form "
                       "(and every `anyOf` / `oneOf` / `if` / `dependentSchemas` / `contains` "
-                      "that can reach it) is relaxed to a superset in the grammar and its value "
-                      "validated with `jsonschema` when complete: a token completing an invalid "
-                      "value is refused; no lookahead: dead ends are backtracked by `generate`"),
+                      "that can reach it) is relaxed to a superset in the grammar (its numbers, "
+                      "null and booleans stay exact) and its value validated with `jsonschema` "
+                      "when complete: a token completing an invalid value is refused; no "
+                      "lookahead: dead ends are backtracked by `generate`"),
     "properties": ("exact", "output in schema order (any order with `any_order=True`); no "
                    "object repeats a key (extra keys are checked on the text)"),
     "required": ("exact", ""),

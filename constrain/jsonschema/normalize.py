@@ -244,20 +244,17 @@ class Normalizer:
             parts.append(algebra.union(self._each(s, "anyOf", ptr, scope), drop_checks=site))
         if "oneOf" in s:
             branches = self._each(s, "oneOf", ptr, scope)
-            parts.append(
-                algebra.union(branches, drop_checks=True) if site else self._one_of(branches, ptr)
-            )
+            if site:  # numbers, null, booleans exactly; the rest as in any branch
+                exact = self._one_of([algebra.unquoted(b) for b in branches], ptr)
+                parts.append(algebra.relaxed(exact, algebra.union(branches, drop_checks=True)))
+            else:
+                parts.append(self._one_of(branches, ptr))
         if "not" in s:
             negated = self.shape(s["not"], f"{ptr}/not", scope)
-            parts.append(ANY if site else algebra.complement(negated))
+            # at a site: numbers, null, booleans negated exactly; every string, array, object
+            parts.append(algebra.complement(algebra.unquoted(negated) if site else negated))
         if "if" in s:
-            condition = self.shape(s["if"], f"{ptr}/if", scope)
-            then = self.shape(s.get("then", True), f"{ptr}/then", scope)
-            other = self.shape(s.get("else", True), f"{ptr}/else", scope)
-            otherwise = other if site else algebra.difference(other, condition)
-            parts.append(
-                algebra.union([algebra.intersect(condition, then), otherwise], drop_checks=site)
-            )
+            parts.append(self._if_then_else(s, ptr, scope, site))
         parts.extend(self._dependencies(s, ptr, scope, site))
         result = ANY
         for part in sorted(parts, key=lambda p: p is not ANY):
@@ -301,6 +298,23 @@ class Normalizer:
                         ) from None
             exclusive.append(part)
         return algebra.union(exclusive)
+
+    def _if_then_else(self, s: Mapping, ptr: str, scope, site: bool) -> Shape:
+        """`then` where `if` holds, `else` elsewhere; at a check site, numbers, null and booleans
+        exactly, strings, arrays and objects as in either branch (the site's check decides)."""
+        algebra = self.algebra
+        condition = self.shape(s["if"], f"{ptr}/if", scope)
+        then = self.shape(s.get("then", True), f"{ptr}/then", scope)
+        other = self.shape(s.get("else", True), f"{ptr}/else", scope)
+        if not site:
+            otherwise = algebra.difference(other, condition)
+            return algebra.union([algebra.intersect(condition, then), otherwise])
+        wider = algebra.union([algebra.intersect(condition, then), other], drop_checks=True)
+        condition, then, other = (algebra.unquoted(x) for x in (condition, then, other))
+        exact = algebra.union(
+            [algebra.intersect(condition, then), algebra.difference(other, condition)]
+        )
+        return algebra.relaxed(exact, wider)
 
     def _dependencies(self, s: Mapping, ptr: str, scope, site: bool) -> list[Shape]:
         """dependentRequired / dependentSchemas / draft-7 dependencies: per trigger key, objects

@@ -41,6 +41,7 @@ __all__ = [
     "NOTHING",
     "SCALARS",
     "STRINGS",
+    "UNQUOTED",
     "ArrayShape",
     "KeySet",
     "Lengths",
@@ -75,12 +76,11 @@ def _string_universe() -> ByteDFA:
 
 
 STRINGS = _string_universe()  # every JSON string in the admitted encoding
-SCALARS = combine(
-    combine(dfa_from_strings(["null", "true", "false"]), compile_regex(NUMBER), "or", "scalar"),
-    STRINGS,
-    "or",
-    "any scalar",
+# null, booleans and numbers: the values whose end is not in their text (``1`` may go on)
+UNQUOTED = combine(
+    dfa_from_strings(["null", "true", "false"]), compile_regex(NUMBER), "or", "scalar"
 )
+SCALARS = combine(UNQUOTED, STRINGS, "or", "any scalar")
 EMPTY = dfa_from_strings([])
 
 

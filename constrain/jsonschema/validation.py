@@ -3,11 +3,15 @@
 The shape algebra (`constrain.jsonschema.shapes`) is exact, but some combinations have no normal
 form: `oneOf` branches whose overlap is "some key matching a pattern has a bad value", `not`
 of such schemas, more than 256 alternatives. Rather than refuse the schema, the compiler makes
-such a schema object a *check site*: its shape is relaxed to a superset the algebra can express
-(`oneOf` becomes the union of its branches, `not` admits anything, `if` becomes `then` or
-`else`), and the value found there is validated against the schema object itself (`Validation`)
-as soon as it is complete. The text check (`constrain.jsonschema.checks`) refuses the token that
-completes an invalid value, so the language is exactly the schema's.
+such a schema object a *check site*: its strings, arrays and objects are relaxed to a superset
+the algebra can express (`oneOf` becomes the union of its branches, `not` admits all of them,
+`if` becomes `then` or `else`), and the value found there is validated against the schema
+object itself (`Validation`) as soon as it is complete: at its closing quote or bracket. The
+text check (`constrain.jsonschema.checks`) refuses the token that completes an invalid value.
+A number, null or boolean has no such end (``1`` may go on as ``12``): one that ends the
+document is never seen complete, so a site keeps those exact in its shape (the algebra is exact
+on them: `ShapeAlgebra.unquoted`, `ShapeAlgebra.relaxed`). So the language is exactly the
+schema's.
 
 A check decides only where the value's schema is known. Inside an alternative (`anyOf`,
 `oneOf`, `not`, `if`/`then`/`else`, `dependentSchemas`, `contains`, `unevaluated*`) a value may be
