@@ -322,3 +322,22 @@ def test_few_row_linear_equals_nn_linear(rows, transposed):
         out = fast(x)
         assert out.shape == (1, rows, 80) and out.is_contiguous()
         torch.testing.assert_close(out, plain(x), atol=1e-5, rtol=1e-5)
+
+
+def test_models_implement_the_protocols(tiny_model):
+    from constrain.models import LanguageModel, Stream
+    from constrain.models.toy import ToyLM
+
+    toy = ToyLM(["a", "b"], lambda ctx: [0.5, 0.3, 0.2])
+    for model in (tiny_model, toy):
+        assert isinstance(model, LanguageModel)
+        stream = model.start(model.encode_prompt("x", chat=False))
+        assert isinstance(stream, Stream)
+        model.append(stream, 0)
+        assert stream.generated == [0]
+        assert model.logprobs([stream]).shape == (1, model.vocab.size)
+        (rows,) = model.score_many([stream], [[1, 0]])
+        assert rows.shape == (3, model.vocab.size)
+        twin = model.fork(stream)
+        model.rollback(stream, 2)
+        assert stream.generated == [0] and twin.generated == [0, 1, 0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from constrain.errors import ModelLoadError
+from constrain.models.base import LanguageModel, Stream
 from constrain.models.bundled import (
     BUNDLED,
     DEFAULT_MODEL,
@@ -21,11 +22,13 @@ from constrain.models.bundled import (
     resolve,
     tokenizer_dir,
 )
-from constrain.models.transformers_lm import Stream, TransformersLM, resolve_device
+from constrain.models.transformers_lm import KVStream, TransformersLM, resolve_device
 
 __all__ = [
     "BUNDLED",
     "DEFAULT_MODEL",
+    "KVStream",
+    "LanguageModel",
     "Stream",
     "TransformersLM",
     "bundled_models",
