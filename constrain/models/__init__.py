@@ -22,6 +22,7 @@ from constrain.models.bundled import (
     resolve,
     tokenizer_dir,
 )
+from constrain.models.kernels import Kernels
 from constrain.models.transformers_lm import KVStream, TransformersLM, resolve_device
 
 __all__ = [
@@ -68,7 +69,11 @@ def load_tokenizer(name_or_path: str | None = None):
 
 
 def load_model(
-    name_or_path: str | None = None, *, device: str = "auto", dtype=None
+    name_or_path: str | None = None,
+    *,
+    device: str = "auto",
+    dtype=None,
+    kernels: Kernels = "measure",
 ) -> TransformersLM:
     """Load a causal LM as a `TransformersLM`.
 
@@ -77,6 +82,8 @@ def load_model(
             (bundled), a local directory, or a Hugging Face Hub id.
         device: "auto" (CUDA, then MPS, then CPU) or a torch device.
         dtype: torch dtype of the weights (default float32).
+        kernels: "measure" (CPU linear layers take the product timed fastest on this
+            machine for few rows) or "torch" (plain ``F.linear``); see `TransformersLM`.
 
     Raises:
         ModelLoadError: the bundled package is missing, or the model cannot be found.
@@ -96,7 +103,7 @@ def load_model(
     except Exception as exc:
         raise _load_failed(str(name_or_path), exc) from exc
     name = bundled.name if bundled is not None else str(name_or_path)
-    return TransformersLM(hf_model, tokenizer, name=name, device=device)
+    return TransformersLM(hf_model, tokenizer, name=name, device=device, kernels=kernels)
 
 
 def load_gguf_uncached(name: str | None = None, *, device: str = "auto") -> TransformersLM:

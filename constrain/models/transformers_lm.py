@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from constrain.models.kernels import Kernels, use_kernels
+
 if TYPE_CHECKING:
     from constrain.models.base import LanguageModel
 
@@ -42,37 +44,17 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return torch.device("cpu")
 
 
+def _device_of(hf_model) -> torch.device:
+    """The device of a model's input embeddings (where input ids go)."""
+    embeddings = hf_model.get_input_embeddings()
+    if embeddings is not None:
+        return embeddings.weight.device
+    return next(hf_model.parameters()).device
+
+
 def _left_pad(states: torch.Tensor, length: int) -> torch.Tensor:
     """Zero-pad a (1, heads, seq, dim) cache tensor on the left to `length` positions."""
     return torch.nn.functional.pad(states, (0, 0, length - states.shape[-2], 0))
-
-
-class _FewRowLinear(torch.nn.Linear):
-    """`nn.Linear` whose product over 1 to 64 rows is ``(W @ x.T).T``.
-
-    On CPUs where the BLAS picks a slow kernel for ``x @ W.T`` with few rows (measured here:
-    8 rows through SmolLM2's 49,152 x 576 head take 50 ms that way, 17 ms this way), a step
-    over a few tokens costs little more than over one. A single row is duplicated into two:
-    the matrix-vector kernel it would otherwise get runs on one core (a decoding step of
-    SmolLM2-135M on 2 cores: 50 ms as matrix-vector products, 32 ms as two-row products).
-    Outputs are row-major, as ``F.linear``'s are: the fused CPU attention kernel needs its
-    queries so. Same weights, same result up to float rounding; long prefills keep
-    ``F.linear``.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // x.shape[-1]
-        if rows > 64:
-            return super().forward(x)
-        flat = x.reshape(rows, x.shape[-1]).contiguous()  # (W @ flat.T) is fast for this layout
-        if rows == 1:
-            out = (self.weight @ flat.expand(2, -1).contiguous().t())[:, :1]
-        else:
-            out = self.weight @ flat.t()
-        out = out.t().contiguous()
-        if self.bias is not None:
-            out = out + self.bias
-        return out.reshape(*x.shape[:-1], self.out_features)
 
 
 def _new_cache(config, layers: list[tuple[torch.Tensor, torch.Tensor]]):
@@ -145,13 +127,16 @@ class TransformersLM:
     `LanguageModel`).
 
     Args:
-        hf_model: a `PreTrainedModel` with a causal-LM head.
+        hf_model: a `PreTrainedModel` with a causal-LM head; it is put in eval mode.
         tokenizer: its tokenizer.
         name: a display name.
-        device: "auto" or a torch device; the model is moved there.
-        few_row_matmul: on the CPU, compute linear layers over 1 to 64 rows as
-            ``(W @ x.T).T`` (see `_FewRowLinear`): several times faster than the BLAS call
-            behind ``F.linear`` for the few rows of decoding steps, CFG and verification.
+        device: "auto" (CUDA, then MPS, then the CPU) or a torch device: the model is moved
+            there; None keeps it where it is (and in its dtype).
+        kernels: "measure" (default): on the CPU, the linear layers take whichever product
+            measured faster on this machine for the few rows of decoding steps, CFG and
+            verification (`constrain.models.kernels`; timed once per process, well under a
+            second for SmolLM2-135M); "torch": plain ``F.linear``. Off the CPU layers are
+            never patched. Same weights, same results up to float rounding.
     """
 
     def __init__(
@@ -160,15 +145,17 @@ class TransformersLM:
         tokenizer,
         *,
         name: str = "",
-        device: str | torch.device = "auto",
-        few_row_matmul: bool = True,
+        device: str | torch.device | None = "auto",
+        kernels: Kernels = "measure",
     ):
-        self.device = resolve_device(device)
-        self.hf_model = hf_model.to(self.device).eval()
-        if few_row_matmul and self.device.type == "cpu":
-            for module in self.hf_model.modules():
-                if type(module) is torch.nn.Linear:
-                    module.__class__ = _FewRowLinear
+        if device is None:
+            self.device = _device_of(hf_model)
+            self.hf_model = hf_model.eval()
+        else:
+            self.device = resolve_device(device)
+            self.hf_model = hf_model.to(self.device).eval()
+        self.kernels = kernels
+        self.kernel_layers = use_kernels(self.hf_model, kernels)  # patched / plain counts
         parameters = inspect.signature(self.hf_model.forward).parameters
         self._keeps_logits = "logits_to_keep" in parameters
         # the KV cache argument: `cache` since transformers 5.x, `past_key_values` before
@@ -531,7 +518,8 @@ class TransformersLM:
             hf_model,
             self.tokenizer,
             name=name or f"{self.name}[{len(chosen)} layers]",
-            device=self.device,
+            device=None,  # the shared layers are already in place
+            kernels=self.kernels,
         )
         twin._vocab = self._vocab
         return twin
