@@ -28,6 +28,7 @@ _EXPORTS = {
     "Constraint": "constrain.engine.matcher",
     "Matcher": "constrain.engine.matcher",
     "load_model": "constrain.models",
+    "from_transformers": "constrain.models",
     "CFG": "constrain.processors",
     "USCD": "constrain.processors",
     "AdaCAD": "constrain.processors",

@@ -412,3 +412,24 @@ def test_models_implement_the_protocols(tiny_model):
         twin = model.fork(stream)
         model.rollback(stream, 2)
         assert stream.generated == [0] and twin.generated == [0, 1, 0]
+
+
+def test_from_transformers_keeps_the_model_where_it_is(smollm_tokenizer, monkeypatch):
+    import re
+
+    import constrain as cn
+
+    hf_model = _tiny_llama(len(smollm_tokenizer), dtype=torch.bfloat16)
+
+    def moved(*args, **kwargs):
+        raise AssertionError("from_transformers must not move or convert the model")
+
+    monkeypatch.setattr(hf_model, "to", moved)
+    wrapped = cn.from_transformers(hf_model, smollm_tokenizer, name="mine")
+    assert wrapped.hf_model is hf_model and wrapped.name == "mine"
+    assert wrapped.device == torch.device("cpu")
+    assert {p.dtype for p in hf_model.parameters()} == {torch.bfloat16}
+    assert not hf_model.training
+    out = cn.generate(wrapped, "x", regex=r"[a-z]{3}", chat=False, greedy=True)
+    assert re.fullmatch(r"[a-z]{3}", out.text), out.text
+    assert {p.dtype for p in hf_model.parameters()} == {torch.bfloat16}

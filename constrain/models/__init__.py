@@ -1,6 +1,7 @@
 """Model runtime: load models (bundled offline GGUF ones by default) as KV-cache streams.
 
 model = load_model()                      # bundled SmolLM2-135M-Instruct
+model = from_transformers(hf_model, tok)  # a model already loaded, left where it is
 stream = model.start(model.encode_prompt("Hi"))
 lp = model.logprobs([stream])             # (1, V) next-token log-probabilities
 model.append(stream, token); model.rollback(stream, 1); twin = model.fork(stream)
@@ -34,6 +35,7 @@ __all__ = [
     "TransformersLM",
     "bundled_models",
     "cache_dir",
+    "from_transformers",
     "load_model",
     "load_tokenizer",
     "resolve_device",
@@ -104,6 +106,20 @@ def load_model(
         raise _load_failed(str(name_or_path), exc) from exc
     name = bundled.name if bundled is not None else str(name_or_path)
     return TransformersLM(hf_model, tokenizer, name=name, device=device, kernels=kernels)
+
+
+def from_transformers(
+    hf_model, tokenizer, *, name: str | None = None, kernels: Kernels = "measure"
+) -> TransformersLM:
+    """Wrap a `transformers` causal LM you already loaded, on its device and in its dtype.
+
+    The model is not moved or converted, only put in eval mode (and on the CPU its linear
+    layers may take a faster few-row product, see `TransformersLM`'s `kernels`).
+
+        hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
+        model = cn.from_transformers(hf_model, AutoTokenizer.from_pretrained(path))
+    """
+    return TransformersLM(hf_model, tokenizer, name=name or "", device=None, kernels=kernels)
 
 
 def load_gguf_uncached(name: str | None = None, *, device: str = "auto") -> TransformersLM:
