@@ -61,6 +61,7 @@ ROW_BUCKETS = (
 _MARGIN = 1.1  # the few-row product must be this much faster
 _CLEAR = 1.3  # a ratio beyond this after two rounds settles a cell early
 _MIN_ROUNDS, _MAX_ROUNDS = 2, 5
+_HARD_LIMIT = 1.5  # budgets after which timing stops even if some cells were timed once
 # Past the last-level cache a product streams its weight from memory, so a slice this large
 # costs what the whole weight does per byte: a 262k-token head is timed on a slice of it.
 _TIMED_BYTES = 64 * 2**20
@@ -136,8 +137,8 @@ class KernelTiming:
     @property
     def ratio(self) -> float:
         """Fastest ``F.linear`` time over fastest few-row time (> 1: the few-row one is
-        faster). The fastest round, not the median: other processes on the machine only
-        ever add time, and with a few rounds a median is still theirs to pick."""
+        faster). The fastest round, not the median: other processes on the machine only ever
+        add time, and over a few rounds they can move a median."""
         if not self.linear_s:
             return 1.0
         return min(self.linear_s) / min(self.few_row_s)
@@ -159,8 +160,8 @@ class KernelTimer:
 
     Args:
         budget_s: a measurement stops after this many seconds once every cell (shape x row
-            bucket) has been timed twice, and after twice as long in any case; cells timed
-            fewer than twice keep ``F.linear``.
+            bucket) has been timed twice, and after 1.5 times as long in any case (a busy
+            machine); cells timed fewer than twice keep ``F.linear``.
         max_entries: how many shapes to remember (oldest forgotten first).
     """
 
@@ -197,10 +198,12 @@ class KernelTimer:
         return plans
 
     def _out_of_time(self, t_start: float, round_: int) -> bool:
-        """Past the budget with every cell timed twice, or past twice the budget (a busy
-        machine: cells timed fewer than twice keep F.linear)."""
+        """Past the budget with every cell timed twice, or past 1.5 budgets (a busy machine:
+        cells timed fewer than twice keep F.linear)."""
         elapsed = time.perf_counter() - t_start
-        return elapsed > 2 * self.budget_s or (elapsed > self.budget_s and round_ >= _MIN_ROUNDS)
+        return elapsed > _HARD_LIMIT * self.budget_s or (
+            elapsed > self.budget_s and round_ >= _MIN_ROUNDS
+        )
 
     def _remember(self, measured: dict[KernelKey, tuple[KernelTiming, ...]]) -> None:
         self.timings.update(measured)
