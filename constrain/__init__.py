@@ -29,6 +29,7 @@ _EXPORTS = {
     "ConstraintSpec": "constrain.constraints",
     "Matcher": "constrain.engine.matcher",
     "load_model": "constrain.models",
+    "from_transformers": "constrain.models",
     "CFG": "constrain.processors",
     "USCD": "constrain.processors",
     "AdaCAD": "constrain.processors",

@@ -307,18 +307,129 @@ def test_score_many_batches_several_streams(tiny_model):
 @pytest.mark.parametrize("rows", [1, 2, 7, 64, 65])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_few_row_linear_equals_nn_linear(rows, transposed):
-    """The CPU fast path for few rows computes the same product as `nn.Linear`, whatever the
-    input's layout (a previous layer leaves its output transposed in memory)."""
-    from constrain.models.transformers_lm import _FewRowLinear
+    """The few-row product computes what `nn.Linear` does, whatever the input's layout (a
+    previous layer leaves its output transposed in memory), and so does a `MeasuredLinear`
+    whatever its plan says for that row count."""
+    from constrain.models.kernels import MAX_ROWS, MeasuredLinear, few_row_linear
 
     torch.manual_seed(rows)
     plain = torch.nn.Linear(48, 80)
-    fast = torch.nn.Linear(48, 80)
-    fast.load_state_dict(plain.state_dict())
-    fast.__class__ = _FewRowLinear
+    measured = torch.nn.Linear(48, 80)
+    measured.load_state_dict(plain.state_dict())
+    measured.__class__ = MeasuredLinear
+    measured.few_rows = (True,) * (MAX_ROWS + 1)
     x = torch.randn(48, rows).t() if transposed else torch.randn(rows, 48)
     x = x.reshape(1, rows, 48)
     with torch.inference_mode():
-        out = fast(x)
+        expected = plain(x)
+        out = few_row_linear(x, plain.weight, plain.bias)
         assert out.shape == (1, rows, 80) and out.is_contiguous()
-        torch.testing.assert_close(out, plain(x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(measured(x), expected, atol=1e-5, rtol=1e-5)
+
+
+def _tiny_llama(vocab_size: int, dtype=torch.float32):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=2,
+        bos_token_id=1,
+    )
+    return LlamaForCausalLM(config).to(dtype)
+
+
+def test_kernels_are_timed_once_per_process_and_keep_the_results(smollm_tokenizer):
+    """ "measure" times each weight shape once (a second model with the same shapes recalls
+    it), patches only layers whose shape has a faster few-row product, and gives the logits
+    of plain layers; "torch" restores plain `nn.Linear`."""
+    from constrain.models import TransformersLM
+    from constrain.models.kernels import TIMER, KernelKey, MeasuredLinear, use_kernels
+
+    hf_model = _tiny_llama(len(smollm_tokenizer))
+    plain = TransformersLM(hf_model, smollm_tokenizer, device="cpu", kernels="torch")
+    assert not any(isinstance(m, MeasuredLinear) for m in hf_model.modules())
+    ids = TOKENS[:6]
+    expected = [plain.logprobs([plain.start(ids)])[0]]
+    s = plain.start(ids)
+    expected.append(plain.score(s, [7, 8, 9]))
+
+    measured = TransformersLM(hf_model, smollm_tokenizer, device="cpu", kernels="measure")
+    linears = [m for m in hf_model.modules() if isinstance(m, torch.nn.Linear)]
+    keys = {KernelKey.of(m.weight) for m in linears}
+    assert keys <= set(TIMER.timings)
+    for m in linears:
+        plan = [t.few_row for t in TIMER.timings[KernelKey.of(m.weight)]]
+        assert isinstance(m, MeasuredLinear) == any(plan)
+    assert measured.kernel_layers["patched"] + measured.kernel_layers["plain"] == len(linears)
+    torch.testing.assert_close(
+        measured.logprobs([measured.start(ids)])[0], expected[0], atol=1e-4, rtol=1e-4
+    )
+    s = measured.start(ids)
+    torch.testing.assert_close(measured.score(s, [7, 8, 9]), expected[1], atol=1e-4, rtol=1e-4)
+
+    assert use_kernels(_tiny_llama(len(smollm_tokenizer)), "measure")  # same shapes: recalled
+    assert TIMER.last_measure_s == 0.0
+    assert measured.with_layers([0]).kernels == "measure" and TIMER.last_measure_s == 0.0
+    counts = use_kernels(hf_model, "torch")
+    assert counts == {"patched": 0, "plain": len(linears)}
+    assert all(type(m) is torch.nn.Linear for m in linears)
+    with pytest.raises(ValueError, match="kernels"):
+        use_kernels(hf_model, "fast")
+
+
+def test_kernel_timings_are_bounded():
+    from constrain.models.kernels import KernelTimer
+
+    timer = KernelTimer(budget_s=0.05, max_entries=2)
+    weights = [torch.randn(8 + i, 16) for i in range(3)]
+    plans = timer.few_rows(weights)
+    assert len(plans) == 3 and all(len(p) == 65 and not p[0] for p in plans.values())
+    assert len(timer.timings) == 2  # the oldest shape was forgotten
+
+
+def test_models_implement_the_protocols(tiny_model):
+    from constrain.models import LanguageModel, Stream
+    from constrain.models.toy import ToyLM
+
+    toy = ToyLM(["a", "b"], lambda ctx: [0.5, 0.3, 0.2])
+    for model in (tiny_model, toy):
+        assert isinstance(model, LanguageModel)
+        stream = model.start(model.encode_prompt("x", chat=False))
+        assert isinstance(stream, Stream)
+        model.append(stream, 0)
+        assert stream.generated == [0]
+        assert model.logprobs([stream]).shape == (1, model.vocab.size)
+        (rows,) = model.score_many([stream], [[1, 0]])
+        assert rows.shape == (3, model.vocab.size)
+        twin = model.fork(stream)
+        model.rollback(stream, 2)
+        assert stream.generated == [0] and twin.generated == [0, 1, 0]
+
+
+def test_from_transformers_keeps_the_model_where_it_is(smollm_tokenizer, monkeypatch):
+    import re
+
+    import constrain as cn
+
+    hf_model = _tiny_llama(len(smollm_tokenizer), dtype=torch.bfloat16)
+
+    def moved(*args, **kwargs):
+        raise AssertionError("from_transformers must not move or convert the model")
+
+    monkeypatch.setattr(hf_model, "to", moved)
+    wrapped = cn.from_transformers(hf_model, smollm_tokenizer, name="mine")
+    assert wrapped.hf_model is hf_model and wrapped.name == "mine"
+    assert wrapped.device == torch.device("cpu")
+    assert {p.dtype for p in hf_model.parameters()} == {torch.bfloat16}
+    assert not hf_model.training
+    out = cn.generate(wrapped, "x", regex=r"[a-z]{3}", chat=False, greedy=True)
+    assert re.fullmatch(r"[a-z]{3}", out.text), out.text
+    assert {p.dtype for p in hf_model.parameters()} == {torch.bfloat16}

@@ -1,6 +1,7 @@
 """Model runtime: load models (bundled offline GGUF ones by default) as KV-cache streams.
 
 model = load_model()                      # bundled SmolLM2-135M-Instruct
+model = from_transformers(hf_model, tok)  # a model already loaded, left where it is
 stream = model.start(model.encode_prompt("Hi"))
 lp = model.logprobs([stream])             # (1, V) next-token log-probabilities
 model.append(stream, token); model.rollback(stream, 1); twin = model.fork(stream)
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 
 from constrain.errors import ModelLoadError
+from constrain.models.base import LanguageModel, Stream
 from constrain.models.bundled import (
     BUNDLED,
     DEFAULT_MODEL,
@@ -21,15 +23,19 @@ from constrain.models.bundled import (
     resolve,
     tokenizer_dir,
 )
-from constrain.models.transformers_lm import Stream, TransformersLM, resolve_device
+from constrain.models.kernels import Kernels
+from constrain.models.transformers_lm import KVStream, TransformersLM, resolve_device
 
 __all__ = [
     "BUNDLED",
     "DEFAULT_MODEL",
+    "KVStream",
+    "LanguageModel",
     "Stream",
     "TransformersLM",
     "bundled_models",
     "cache_dir",
+    "from_transformers",
     "load_model",
     "load_tokenizer",
     "resolve_device",
@@ -65,7 +71,11 @@ def load_tokenizer(name_or_path: str | None = None):
 
 
 def load_model(
-    name_or_path: str | None = None, *, device: str = "auto", dtype=None
+    name_or_path: str | None = None,
+    *,
+    device: str = "auto",
+    dtype=None,
+    kernels: Kernels = "measure",
 ) -> TransformersLM:
     """Load a causal LM as a `TransformersLM`.
 
@@ -74,6 +84,8 @@ def load_model(
             (bundled), a local directory, or a Hugging Face Hub id.
         device: "auto" (CUDA, then MPS, then CPU) or a torch device.
         dtype: torch dtype of the weights (default float32).
+        kernels: "measure" (CPU linear layers take the product timed fastest on this
+            machine for few rows) or "torch" (plain ``F.linear``); see `TransformersLM`.
 
     Raises:
         ModelLoadError: the bundled package is missing, or the model cannot be found.
@@ -93,7 +105,21 @@ def load_model(
     except Exception as exc:
         raise _load_failed(str(name_or_path), exc) from exc
     name = bundled.name if bundled is not None else str(name_or_path)
-    return TransformersLM(hf_model, tokenizer, name=name, device=device)
+    return TransformersLM(hf_model, tokenizer, name=name, device=device, kernels=kernels)
+
+
+def from_transformers(
+    hf_model, tokenizer, *, name: str | None = None, kernels: Kernels = "measure"
+) -> TransformersLM:
+    """Wrap a `transformers` causal LM you already loaded, on its device and in its dtype.
+
+    The model is not moved or converted, only put in eval mode (and on the CPU its linear
+    layers may take a faster few-row product, see `TransformersLM`'s `kernels`).
+
+        hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
+        model = cn.from_transformers(hf_model, AutoTokenizer.from_pretrained(path))
+    """
+    return TransformersLM(hf_model, tokenizer, name=name or "", device=None, kernels=kernels)
 
 
 def load_gguf_uncached(name: str | None = None, *, device: str = "auto") -> TransformersLM:

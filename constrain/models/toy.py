@@ -1,6 +1,6 @@
 """Exact toy language models over small vocabularies, for tests that enumerate distributions.
 
-A `ToyLM` has the stream interface of `TransformersLM` (start / append / logprobs / score /
+A `ToyLM` is a `LanguageModel` like `TransformersLM` (start / append / logprobs / score /
 fork / rollback), but its next-token distribution is an explicit function of the tokens
 generated so far, so every probability a sampler should produce can be computed exactly:
 
@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from constrain.engine.vocab import Vocabulary
+
+if TYPE_CHECKING:
+    from constrain.models.base import LanguageModel
 
 __all__ = ["ToyLM", "ToyStream"]
 
@@ -36,6 +40,7 @@ class ToyStream:
 
     @property
     def generated(self) -> list[int]:
+        """Tokens appended after the prompt."""
         return self.tokens[self.prompt_len :]
 
     def __len__(self) -> int:
@@ -173,3 +178,7 @@ class ToyLM:
 
 def _raise(message: str, context) -> Sequence[float]:
     raise KeyError(f"{message}: {context}")
+
+
+if TYPE_CHECKING:  # a static check that the class implements the protocol
+    _conforms: type[LanguageModel[ToyStream]] = ToyLM

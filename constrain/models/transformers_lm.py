@@ -1,6 +1,6 @@
 """A Hugging Face causal LM as a `LanguageModel` of KV-cache streams.
 
-A `Stream` is one sequence: its tokens and a KV cache covering a prefix of them. Tokens are
+A `KVStream` is one sequence: its tokens and a KV cache covering a prefix of them. Tokens are
 appended cheaply and fed lazily, so the next `logprobs` call runs one forward over whatever
 is pending. `score` feeds k tokens in one forward and returns k + 1 rows (verification for
 speculative decoding); `fork` copies the cache; `rollback` crops it.
@@ -20,8 +20,14 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
+
+from constrain.models.kernels import Kernels, use_kernels
+
+if TYPE_CHECKING:
+    from constrain.models.base import LanguageModel
 
 _MIN_SHARED_PREFIX = 16  # prompt tokens in common before a cached prompt is reused
 _END_OF_TURN = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
@@ -38,37 +44,17 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return torch.device("cpu")
 
 
+def _device_of(hf_model) -> torch.device:
+    """The device of a model's input embeddings (where input ids go)."""
+    embeddings = hf_model.get_input_embeddings()
+    if embeddings is not None:
+        return embeddings.weight.device
+    return next(hf_model.parameters()).device
+
+
 def _left_pad(states: torch.Tensor, length: int) -> torch.Tensor:
     """Zero-pad a (1, heads, seq, dim) cache tensor on the left to `length` positions."""
     return torch.nn.functional.pad(states, (0, 0, length - states.shape[-2], 0))
-
-
-class _FewRowLinear(torch.nn.Linear):
-    """`nn.Linear` whose product over 1 to 64 rows is ``(W @ x.T).T``.
-
-    On CPUs where the BLAS picks a slow kernel for ``x @ W.T`` with few rows (measured here:
-    8 rows through SmolLM2's 49,152 x 576 head take 50 ms that way, 17 ms this way), a step
-    over a few tokens costs little more than over one. A single row is duplicated into two:
-    the matrix-vector kernel it would otherwise get runs on one core (a decoding step of
-    SmolLM2-135M on 2 cores: 50 ms as matrix-vector products, 32 ms as two-row products).
-    Outputs are row-major, as ``F.linear``'s are: the fused CPU attention kernel needs its
-    queries so. Same weights, same result up to float rounding; long prefills keep
-    ``F.linear``.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // x.shape[-1]
-        if rows > 64:
-            return super().forward(x)
-        flat = x.reshape(rows, x.shape[-1]).contiguous()  # (W @ flat.T) is fast for this layout
-        if rows == 1:
-            out = (self.weight @ flat.expand(2, -1).contiguous().t())[:, :1]
-        else:
-            out = self.weight @ flat.t()
-        out = out.t().contiguous()
-        if self.bias is not None:
-            out = out + self.bias
-        return out.reshape(*x.shape[:-1], self.out_features)
 
 
 def _new_cache(config, layers: list[tuple[torch.Tensor, torch.Tensor]]):
@@ -108,8 +94,9 @@ class _Batch:
         ]
 
 
-class Stream:
-    """One sequence being generated: its tokens and KV cache (see the module docstring)."""
+class KVStream:
+    """One sequence being generated: its tokens and KV cache (see the module docstring); a
+    `constrain.models.Stream`."""
 
     __slots__ = ("tokens", "prompt_len", "_cache", "_n_fed", "_last", "_batch", "_row", "_cols")
 
@@ -132,20 +119,24 @@ class Stream:
         return len(self.tokens)
 
     def __repr__(self) -> str:
-        return f"Stream(len={len(self.tokens)}, prompt_len={self.prompt_len}, fed={self._n_fed})"
+        return f"KVStream(len={len(self.tokens)}, prompt_len={self.prompt_len}, fed={self._n_fed})"
 
 
 class TransformersLM:
-    """Any `transformers` causal LM with a tokenizer, as streams with KV caches.
+    """Any `transformers` causal LM with a tokenizer, as streams with KV caches (a
+    `LanguageModel`).
 
     Args:
-        hf_model: a `PreTrainedModel` with a causal-LM head.
+        hf_model: a `PreTrainedModel` with a causal-LM head; it is put in eval mode.
         tokenizer: its tokenizer.
         name: a display name.
-        device: "auto" or a torch device; the model is moved there.
-        few_row_matmul: on the CPU, compute linear layers over 1 to 64 rows as
-            ``(W @ x.T).T`` (see `_FewRowLinear`): several times faster than the BLAS call
-            behind ``F.linear`` for the few rows of decoding steps, CFG and verification.
+        device: "auto" (CUDA, then MPS, then the CPU) or a torch device: the model is moved
+            there; None keeps it where it is (and in its dtype).
+        kernels: "measure" (default): on the CPU, the linear layers take whichever product
+            measured faster on this machine for the few rows of decoding steps, CFG and
+            verification (`constrain.models.kernels`; timed once per process, well under a
+            second for SmolLM2-135M); "torch": plain ``F.linear``. Off the CPU layers are
+            never patched. Same weights, same results up to float rounding.
     """
 
     def __init__(
@@ -154,15 +145,17 @@ class TransformersLM:
         tokenizer,
         *,
         name: str = "",
-        device: str | torch.device = "auto",
-        few_row_matmul: bool = True,
+        device: str | torch.device | None = "auto",
+        kernels: Kernels = "measure",
     ):
-        self.device = resolve_device(device)
-        self.hf_model = hf_model.to(self.device).eval()
-        if few_row_matmul and self.device.type == "cpu":
-            for module in self.hf_model.modules():
-                if type(module) is torch.nn.Linear:
-                    module.__class__ = _FewRowLinear
+        if device is None:
+            self.device = _device_of(hf_model)
+            self.hf_model = hf_model.eval()
+        else:
+            self.device = resolve_device(device)
+            self.hf_model = hf_model.to(self.device).eval()
+        self.kernels = kernels
+        self.kernel_layers = use_kernels(self.hf_model, kernels)  # patched / plain counts
         parameters = inspect.signature(self.hf_model.forward).parameters
         self._keeps_logits = "logits_to_keep" in parameters
         # the KV cache argument: `cache` since transformers 5.x, `past_key_values` before
@@ -171,7 +164,7 @@ class TransformersLM:
         self.name = name or getattr(hf_model.config, "name_or_path", "") or type(hf_model).__name__
         self._vocab = None
         self.prompt_cache_bytes = 256 * 2**20  # KV caches of recent prompts, for prefix reuse
-        self._prompts: dict[tuple[int, ...], Stream] = {}  # oldest first
+        self._prompts: dict[tuple[int, ...], KVStream] = {}  # oldest first
 
     # -- vocabulary and prompts -----------------------------------------------------------------
 
@@ -243,7 +236,7 @@ class TransformersLM:
 
     # -- streams --------------------------------------------------------------------------------
 
-    def _own_cache(self, stream: Stream):
+    def _own_cache(self, stream: KVStream):
         """The stream's cache as its own (copied out of a batch row if stacked)."""
         if stream._batch is not None:
             stream._cache = _new_cache(
@@ -253,7 +246,7 @@ class TransformersLM:
         return stream._cache
 
     def _forward(
-        self, stream: Stream, token_ids: list[int], last_only: bool = False
+        self, stream: KVStream, token_ids: list[int], last_only: bool = False
     ) -> torch.Tensor:
         """Feed `token_ids` after the cached prefix; returns their (n, V) float32 log-probs.
 
@@ -275,7 +268,7 @@ class TransformersLM:
         stream._n_fed += len(token_ids)
         return torch.log_softmax(out.logits[0].float(), dim=-1)
 
-    def start(self, prompt_ids: Sequence[int]) -> Stream:
+    def start(self, prompt_ids: Sequence[int]) -> KVStream:
         """A stream over `prompt_ids`, prefilled (the first `logprobs` call is then free).
 
         Recently prefilled prompts are kept (up to `prompt_cache_bytes` of KV cache): a prompt
@@ -287,7 +280,7 @@ class TransformersLM:
             raise ValueError("a stream needs at least one prompt token")
         base, shared = self._cached_prefix(ids)
         if base is None:
-            stream = Stream(ids, None, 0, None)
+            stream = KVStream(ids, None, 0, None)
         else:
             stream = self.fork(base)
             self.rollback(stream, len(base.tokens) - shared)
@@ -297,7 +290,7 @@ class TransformersLM:
         self._remember_prompt(stream)
         return stream
 
-    def _cached_prefix(self, ids: list[int]) -> tuple[Stream | None, int]:
+    def _cached_prefix(self, ids: list[int]) -> tuple[KVStream | None, int]:
         """The cached prompt sharing the longest prefix with `ids` (at least 16 tokens, and
         short of the whole of `ids`: its last token must be fed again), and that length."""
         best, best_len = None, _MIN_SHARED_PREFIX - 1
@@ -310,7 +303,7 @@ class TransformersLM:
                 best, best_len = cached, n
         return best, best_len
 
-    def _remember_prompt(self, stream: Stream) -> None:
+    def _remember_prompt(self, stream: KVStream) -> None:
         cache = stream._cache
         if cache is None or any(layer.is_sliding for layer in cache.layers):
             return  # a sliding-window cache cannot be cropped back to a prefix
@@ -325,12 +318,12 @@ class TransformersLM:
             for layer in s._cache.layers
         )
 
-    def append(self, stream: Stream, token: int) -> None:
+    def append(self, stream: KVStream, token: int) -> None:
         """Record `token`; it is fed at the next `logprobs` or `score`."""
         stream.tokens.append(int(token))
         stream._last = None
 
-    def logprobs(self, streams: Sequence[Stream]) -> torch.Tensor:
+    def logprobs(self, streams: Sequence[KVStream]) -> torch.Tensor:
         """(B, V) next-token log-probabilities, one row per stream.
 
         The pending tokens of all streams are fed in one batched forward over their stacked
@@ -348,14 +341,14 @@ class TransformersLM:
             self._forward_batch(todo)
         return torch.stack([s._last for s in streams])
 
-    def _batchable(self, streams: Sequence[Stream]) -> bool:
+    def _batchable(self, streams: Sequence[KVStream]) -> bool:
         for s in streams:
             cache = s._batch.cache if s._batch is not None else s._cache
             if cache is None or s._n_fed == 0 or any(layer.is_sliding for layer in cache.layers):
                 return False
         return True
 
-    def _stack(self, streams: Sequence[Stream]) -> _Batch:
+    def _stack(self, streams: Sequence[KVStream]) -> _Batch:
         """A batch whose row i is streams[i]'s cache (the existing one when it already is)."""
         first = streams[0]._batch
         if first is not None and len(streams) == first.mask.shape[0]:
@@ -397,7 +390,7 @@ class TransformersLM:
             mask[row, width - v[0][0].shape[-2] :] = 1
         return _Batch(_new_cache(self.hf_model.config, layers), mask)
 
-    def _forward_batch(self, streams: Sequence[Stream]) -> list[torch.Tensor]:
+    def _forward_batch(self, streams: Sequence[KVStream]) -> list[torch.Tensor]:
         """Feed every stream's pending tokens in one forward (see `logprobs`); returns each
         stream's (n_pending, V) log-probabilities."""
         batch = self._stack(streams)
@@ -435,7 +428,7 @@ class TransformersLM:
             stream._last = rows[-1][-1]
         return rows
 
-    def score(self, stream: Stream, tokens: Sequence[int]) -> torch.Tensor:
+    def score(self, stream: KVStream, tokens: Sequence[int]) -> torch.Tensor:
         """Append `tokens` and return (k + 1, V) log-probs from one forward.
 
         Row 0 is the distribution before ``tokens[0]``, row i the one after ``tokens[:i]``.
@@ -443,7 +436,7 @@ class TransformersLM:
         return self.score_many([stream], [tokens])[0]
 
     def score_many(
-        self, streams: Sequence[Stream], token_lists: Sequence[Sequence[int]]
+        self, streams: Sequence[KVStream], token_lists: Sequence[Sequence[int]]
     ) -> list[torch.Tensor]:
         """`score` for several streams in one batched forward (speculative verification of a
         target and its processors' term streams, or of the branches of a draft tree)."""
@@ -472,9 +465,9 @@ class TransformersLM:
             results.append(result)
         return results
 
-    def fork(self, stream: Stream) -> Stream:
+    def fork(self, stream: KVStream) -> KVStream:
         """An independent copy of `stream` (a stacked stream shares its row: no copy)."""
-        twin = Stream(list(stream.tokens), None, stream._n_fed, stream._last)
+        twin = KVStream(list(stream.tokens), None, stream._n_fed, stream._last)
         twin.prompt_len = stream.prompt_len
         if stream._batch is not None:
             twin._batch, twin._row, twin._cols = stream._batch, stream._row, stream._cols
@@ -482,7 +475,7 @@ class TransformersLM:
             twin._cache = copy.deepcopy(stream._cache)
         return twin
 
-    def rollback(self, stream: Stream, n: int) -> None:
+    def rollback(self, stream: KVStream, n: int) -> None:
         """Drop the last `n` tokens; the KV cache is cropped to match."""
         if not 0 <= n < len(stream.tokens):
             raise ValueError(f"cannot roll back {n} of {len(stream.tokens)} tokens")
@@ -525,7 +518,8 @@ class TransformersLM:
             hf_model,
             self.tokenizer,
             name=name or f"{self.name}[{len(chosen)} layers]",
-            device=self.device,
+            device=None,  # the shared layers are already in place
+            kernels=self.kernels,
         )
         twin._vocab = self._vocab
         return twin
@@ -559,3 +553,7 @@ def _cache_of(output):
     """The KV cache of a forward's output (`cache` since transformers 5.x)."""
     cache = getattr(output, "cache", None)
     return cache if cache is not None else output.past_key_values
+
+
+if TYPE_CHECKING:  # a static check that the class implements the protocol
+    _conforms: type[LanguageModel[KVStream]] = TransformersLM
