@@ -47,6 +47,7 @@ bench-models: $(VENV)/.bench
 	$(BIN)/python bench/samplers.py --limit 50 --markdown docs/benchmarks/samplers.md
 	$(BIN)/python bench/processors.py --markdown docs/benchmarks/processors.md
 	$(BIN)/python bench/speculative.py --limit 50 --markdown docs/benchmarks/speculative.md
+	$(BIN)/python bench/e2e.py --limit 10 --markdown docs/benchmarks/e2e.md
 
 # JSONSchemaBench, 30 schemas per subset, AWRS and LCD side by side (a few hours on 2 cores)
 jsonschemabench: $(VENV)/.bench

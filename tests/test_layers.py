@@ -413,3 +413,15 @@ def test_every_module_says_what_it_is_for():
         if not doc or len(doc.strip().splitlines()[0]) < 20:
             missing.append(name)
     assert not missing, f"modules without a first-line docstring: {missing}"
+
+
+def test_no_private_name_is_imported_across_modules():
+    """A module imports only public names of another (`from x import _y` is a hidden
+    dependency on an implementation detail)."""
+    private = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("constrain"):
+                hidden = [a.name for a in node.names if a.name.startswith("_")]
+                private += [f"{name} imports {node.module}.{h}" for h in hidden]
+    assert not private, private

@@ -31,7 +31,7 @@ from collections import deque
 
 import numpy as np
 
-from constrain.engine.grammar.earley import ChartNode, _waiting
+from constrain.engine.grammar.earley import ChartNode, items_waiting
 from constrain.engine.regex import ByteDFA
 from constrain.engine.regex.dfa import BYTE_PREFERENCE
 
@@ -141,7 +141,7 @@ class Completions:
         best: dict[int, tuple[float, int, ChartNode | None]] = {}
         inner: dict[int, list[tuple[int, int]]] = {}  # lhs B -> (A waiting, d) predicted here
         heap: list[tuple[float, int]] = []
-        for a, waiting in _waiting(node, next_sym).items():
+        for a, waiting in items_waiting(node, next_sym).items():
             for d, o in waiting:
                 b = lhs[d]
                 if o is None and b != self.start_nt:

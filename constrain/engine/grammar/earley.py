@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from constrain.engine.grammar.ir import GrammarIR, derivable
 
-__all__ = ["ChartNode", "EarleyParser"]
+__all__ = ["ChartNode", "EarleyParser", "items_waiting"]
 
 _SUPER_START = "$start"
 
@@ -127,7 +127,7 @@ class EarleyParser:
             d, origin = item
             sym = next_sym[d]
             if sym is None:  # complete: advance the items of the origin waiting for lhs
-                for d2, o2 in _waiting(origin, next_sym).get(lhs[d], ()):
+                for d2, o2 in items_waiting(origin, next_sym).get(lhs[d], ()):
                     agenda.append((d2 + 1, origin if o2 is None else o2))
             elif sym >= 0:
                 if sym not in predicted:
@@ -150,7 +150,7 @@ class EarleyParser:
         predicted |= nts
 
 
-def _waiting(node: ChartNode, next_sym: list) -> dict[int, list]:
+def items_waiting(node: ChartNode, next_sym: list) -> dict[int, list]:
     """Items of `node` grouped by the nonterminal after their dot (built on first use)."""
     waiting = node._waiting
     if waiting is None:
