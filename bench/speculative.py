@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         plain = cn.generate(model, prompt, **common)
         plain_s = sum(plain.stats.token_s)
         _add(rows["plain"], plain, plain_s, None, True)
+        rows["plain"].setdefault("texts", []).append(plain.text)
         for label, settings in configs.items():
             out = cn.generate(model, prompt, speculative=settings, **common)
             seconds = out.stats.decode_s
@@ -160,6 +161,7 @@ def main(argv: list[str] | None = None) -> None:
                 "acceptance": r["kept"] / r["drafted"] if r["drafted"] else float("nan"),
                 "tokens_per_forward": r["tokens"] / r["forwards"] if r["forwards"] else 1.0,
                 "identical": r["identical"],
+                "texts": r.get("texts", []),  # plain decoding's outputs, to compare runs
             }
         )
     plain_rate = results[0]["tokens_per_s"]
