@@ -53,25 +53,12 @@ def any_vocab(request):
 @pytest.fixture(scope="session")
 def tiny_model(smollm_tokenizer):
     """A 2-layer Llama with random weights on the SmolLM2 tokenizer (no download, fast)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tiny import tiny_llama
 
     from constrain.models import TransformersLM
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(smollm_tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        eos_token_id=2,
-        bos_token_id=1,
-    )
     return TransformersLM(
-        LlamaForCausalLM(config), smollm_tokenizer, name="tiny-llama", device="cpu"
+        tiny_llama(len(smollm_tokenizer)), smollm_tokenizer, name="tiny-llama", device="cpu"
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny import tiny_llama
 
 from constrain.errors import ModelLoadError
 
@@ -328,24 +329,6 @@ def test_few_row_linear_equals_nn_linear(rows, transposed):
         torch.testing.assert_close(measured(x), expected, atol=1e-5, rtol=1e-5)
 
 
-def _tiny_llama(vocab_size: int, dtype=torch.float32):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        eos_token_id=2,
-        bos_token_id=1,
-    )
-    return LlamaForCausalLM(config).to(dtype)
-
-
 def test_kernels_are_timed_once_per_process_and_keep_the_results(smollm_tokenizer):
     """ "measure" times each weight shape once (a second model with the same shapes recalls
     it), patches only layers whose shape has a faster few-row product, and gives the logits
@@ -353,7 +336,7 @@ def test_kernels_are_timed_once_per_process_and_keep_the_results(smollm_tokenize
     from constrain.models import TransformersLM
     from constrain.models.kernels import TIMER, KernelKey, MeasuredLinear, use_kernels
 
-    hf_model = _tiny_llama(len(smollm_tokenizer))
+    hf_model = tiny_llama(len(smollm_tokenizer))
     plain = TransformersLM(hf_model, smollm_tokenizer, device="cpu", kernels="torch")
     assert not any(isinstance(m, MeasuredLinear) for m in hf_model.modules())
     ids = TOKENS[:6]
@@ -375,7 +358,7 @@ def test_kernels_are_timed_once_per_process_and_keep_the_results(smollm_tokenize
     s = measured.start(ids)
     torch.testing.assert_close(measured.score(s, [7, 8, 9]), expected[1], atol=1e-4, rtol=1e-4)
 
-    assert use_kernels(_tiny_llama(len(smollm_tokenizer)), "measure")  # same shapes: recalled
+    assert use_kernels(tiny_llama(len(smollm_tokenizer)), "measure")  # same shapes: recalled
     assert TIMER.last_measure_s == 0.0
     assert measured.with_layers([0]).kernels == "measure" and TIMER.last_measure_s == 0.0
     counts = use_kernels(hf_model, "torch")
@@ -419,7 +402,7 @@ def test_from_transformers_keeps_the_model_where_it_is(smollm_tokenizer, monkeyp
 
     import constrain as cn
 
-    hf_model = _tiny_llama(len(smollm_tokenizer), dtype=torch.bfloat16)
+    hf_model = tiny_llama(len(smollm_tokenizer), dtype=torch.bfloat16)
 
     def moved(*args, **kwargs):
         raise AssertionError("from_transformers must not move or convert the model")
