@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import constrain as cn
 from constrain.cli import main
@@ -169,3 +171,40 @@ def test_grammar_compile_time_is_bounded_as_a_whole():
     with pytest.raises(GrammarError, match=r"time limit of 1 s \(timeout=\), at terminal T"):
         cn.Grammar.from_lark(text, timeout=1.0)
     assert time.perf_counter() - t0 < 1.0 + 1.5
+
+
+# -- hostile text ----------------------------------------------------------------------------------
+
+_SEEDS = [
+    'start: "a" WS\n%import common.WS\n',
+    'start: x{"a"}\nx{t}: t t\n',
+    "start: value\n%import json (value)\n",
+    'start: A+\nA.2: /[a-z]+/\n%ignore " "\n%declare B\n',
+]
+_PIECES = ["%import", "%ignore", "%declare", "%override", ":", "|", "->", "~", "..", "{", "}"]
+_PIECES += ["(", ")", "[", "]", "?", "*", "+", '"', "/", "\\", ".", "\n", " ", "json", "X", "1"]
+
+
+def test_lark_crashes_are_grammar_errors():
+    with pytest.raises(GrammarError, match="lark fails on the grammar"):
+        cn.Grammar.from_lark("start: A\nA: /[a-z]+/\n%declare Bjson\n")  # lark: AttributeError
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.sampled_from(_SEEDS),
+    edits=st.lists(
+        st.tuples(st.floats(0, 1), st.sampled_from(_PIECES), st.integers(0, 6)),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_mutated_grammar_text_raises_only_grammar_errors(seed, edits):
+    text = seed
+    for where, piece, cut in edits:
+        i = int(where * len(text))
+        text = text[:i] + piece + text[i + cut :]
+    try:
+        cn.Grammar.from_lark(text, timeout=5.0)
+    except GrammarError:
+        pass

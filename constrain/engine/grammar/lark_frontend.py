@@ -206,8 +206,15 @@ def ir_from_lark(
     try:
         grammar, _ = load_grammar(text, source, [resolver], False)
         terminals, rules, ignore = grammar.compile([start], set())
+    except GrammarError:  # an import found nowhere (see `ImportResolver`)
+        raise
     except (LarkError, AssertionError) as exc:  # lark asserts some conditions on imports
         raise GrammarError(f"lark rejects the grammar: {exc}") from None
+    except Exception as exc:  # lark crashing on input it does not diagnose (a %declare'd rule)
+        raise GrammarError(
+            f"lark fails on the grammar ({type(exc).__name__}: {exc}); look for a malformed "
+            f"%declare, %import or template"
+        ) from exc
     lexemes = {t.name: _compiled(_lexeme(t), deadline, timeout) for t in terminals}
     for name, special in (special_tokens or {}).items():
         if name in lexemes:
