@@ -215,6 +215,8 @@ def ir_from_lark(
             f"lark fails on the grammar ({type(exc).__name__}: {exc}); look for a malformed "
             f"%declare, %import or template"
         ) from exc
+    if time.monotonic() > deadline:
+        raise _time_limit(timeout, "in lark's loading")
     lexemes = {t.name: _compiled(_lexeme(t), deadline, timeout) for t in terminals}
     for name, special in (special_tokens or {}).items():
         if name in lexemes:
@@ -245,12 +247,16 @@ def _compiled(lexeme: Lexeme, deadline: float, timeout: float) -> Lexeme:
         dfa = compile_regex(lexeme.pattern, timeout=max(left, 0.0))
     except RegexError as exc:
         if time.monotonic() > deadline:
-            raise GrammarError(
-                f"compiling the grammar took longer than its time limit of {timeout:g} s "
-                f"(timeout=), at terminal {lexeme.name}"
-            ) from None
+            raise _time_limit(timeout, f"at terminal {lexeme.name}") from None
         raise GrammarError(f"terminal {lexeme.name}: {exc}") from exc
     return dataclasses.replace(lexeme, automaton=dfa)
+
+
+def _time_limit(timeout: float, where: str) -> GrammarError:
+    return GrammarError(
+        f"compiling the grammar took longer than its time limit of {timeout:g} s (timeout=), "
+        f"{where}"
+    )
 
 
 def read_lark(path: str | os.PathLike) -> str:
