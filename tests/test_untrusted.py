@@ -65,7 +65,7 @@ def test_errors_in_a_grammar_file_name_the_file(tmp_path):
         cn.Grammar.from_lark_file(tmp_path / "no.lark")
 
 
-# -- %import -----------------------------------------------------------------------------------------
+# -- %import ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("statement", ["%import secret.rule", "%import .secret.rule"])
@@ -109,7 +109,7 @@ def test_lark_assertions_on_imports_are_grammar_errors():
         cn.Grammar.from_lark(text)
 
 
-# -- library names -----------------------------------------------------------------------------------
+# -- library names ---------------------------------------------------------------------------------
 
 
 def test_unknown_library_grammar_names_list_the_library():
@@ -134,7 +134,7 @@ def test_library_names_are_never_paths(tmp_path):
         grammar_from(name)
 
 
-# -- the command line --------------------------------------------------------------------------------
+# -- the command line ------------------------------------------------------------------------------
 
 
 def test_cli_reports_an_unknown_grammar_name_before_loading_a_model(capsys):

@@ -122,23 +122,21 @@ class ImportResolver:
     """
 
     def __init__(self, paths: Sequence[str | os.PathLike] = (), *, text: str = ""):
-        library = datadirs.path("grammars")
-        self.roots = [Path(p).resolve() for p in (*paths, library)]
-        self.library = library
+        self.roots = [Path(p).resolve() for p in (*paths, datadirs.path("grammars"))]
         self.text = text  # the top grammar, for the line of a missing import
 
     def __call__(self, base_path, grammar_path: str):
         from lark.load_grammar import PackageResource, stdlib_loader
 
-        if isinstance(base_path, PackageResource):  # an import inside one of lark's grammars
-            return stdlib_loader(base_path, grammar_path)
-        for directory in self._directories(base_path):
-            found = directory / grammar_path  # dotted names only: it stays inside `directory`
-            if found.is_file():
-                return str(found), read_lark(found)
         try:
+            if isinstance(base_path, PackageResource):  # an import inside one of lark's grammars
+                return stdlib_loader(base_path, grammar_path)
+            for directory in self._directories(base_path):
+                found = directory / grammar_path  # dotted names only: it stays in `directory`
+                if found.is_file():
+                    return str(found), read_lark(found)
             return stdlib_loader(None, grammar_path)
-        except OSError:
+        except OSError:  # never back to lark, whose last resort is the current directory
             raise self._not_found(grammar_path) from None
 
     def _directories(self, base_path) -> list[Path]:
