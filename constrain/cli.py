@@ -129,10 +129,27 @@ def _schema(text: str | None):
         raise ConstrainError(f"{source} is not JSON: {exc}") from exc
 
 
+def _grammar(text: str | None):
+    """--grammar: a library grammar name, the path of an existing file (read as a grammar: on
+    the command line the user names their own files), or else Lark text. Compiled here, so a
+    bad grammar is reported before the model loads."""
+    from constrain.constraints import grammar_from
+    from constrain.grammars import names
+
+    if text is None:
+        return None
+    try:
+        is_file = text not in names() and Path(text).is_file()
+    except (OSError, ValueError):  # a name too long for a path, a NUL: grammar text
+        is_file = False
+    return grammar_from(Path(text) if is_file else text)
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     import constrain as cn
 
     schema = _schema(args.schema)
+    grammar = _grammar(args.grammar)
     config = DecodingConfig(
         **{f.name: getattr(args, f.name) for f in fields(DecodingConfig) if hasattr(args, f.name)}
     )
@@ -140,7 +157,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     options = dict(
         regex=args.regex,
         choices=args.choices,
-        grammar=args.grammar,
+        grammar=grammar,
         schema=schema,
         schema_options={"whitespace": args.whitespace} if schema is not None else None,
         config=config,
@@ -200,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     kind.add_argument("--regex", help="the output fully matches this regex")
     kind.add_argument("--choices", nargs="+", help="the output is one of these strings")
     kind.add_argument(
-        "--grammar", help="a library grammar name (json, sql, ...), .lark file or Lark text"
+        "--grammar",
+        help="a library grammar name (json, sql, ...), the path of a .lark file, or Lark text",
     )
     kind.add_argument("--schema", help="a JSON Schema: a file, or inline JSON text")
     gen.add_argument(

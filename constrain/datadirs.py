@@ -27,10 +27,11 @@ def names(directory: str, suffix: str) -> list[str]:
     return sorted(p.stem for p in path(directory).glob(f"*{suffix}"))
 
 
-def file(directory: str, name: str, suffix: str, error: type[ConstrainError]) -> Path:
-    """The file `name` + `suffix` of data directory `directory`; `error` names the others."""
-    found = path(directory) / f"{name}{suffix}"
-    if not found.is_file():
-        available = ", ".join(names(directory, suffix))
-        raise error(f"no {name!r} in {directory}/; available: {available}")
-    return found
+def file(directory: str, name: str, suffix: str, error: type[ConstrainError], what: str) -> Path:
+    """The file `name` + `suffix` of data directory `directory`, `name` being one of `names`
+    (never a path: ``../x`` names nothing). Otherwise `error` says it is an unknown `what`
+    ("library grammar") and lists the names there are."""
+    known = names(directory, suffix)
+    if name not in known:
+        raise error(f"unknown {what} {name!r}; available: {', '.join(known)}")
+    return path(directory) / f"{name}{suffix}"

@@ -2,6 +2,8 @@
 
 cn.grammars.names()        # ['arithmetic', 'csv', 'json', 'python_expr', 'sql']
 g = cn.grammars.load("sql")
+
+A name is only ever one of `names()`: it is never read as a path or as grammar text.
 """
 
 from __future__ import annotations
@@ -22,11 +24,19 @@ def names() -> list[str]:
 
 
 def path(name: str) -> Path:
-    """The file of library grammar `name`."""
-    return datadirs.file("grammars", name, ".lark", GrammarError)
+    """The file of library grammar `name`.
+
+    Raises:
+        GrammarError: `name` is not a library grammar (the message lists those there are).
+    """
+    return datadirs.file("grammars", name, ".lark", GrammarError, "library grammar")
 
 
 @cache
 def load(name: str) -> Grammar:
-    """The library grammar `name` (compiled once per process)."""
-    return Grammar.from_lark(path(name))
+    """The library grammar `name` (compiled once per process).
+
+    Raises:
+        GrammarError: `name` is not a library grammar (the message lists those there are).
+    """
+    return Grammar.from_lark_file(path(name))

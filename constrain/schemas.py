@@ -23,7 +23,7 @@ def names() -> list[str]:
 
 def path(name: str) -> Path:
     """The file of example schema `name` (for `constrain generate --schema`)."""
-    return datadirs.file("schemas", name, ".json", ConstrainError)
+    return datadirs.file("schemas", name, ".json", ConstrainError, "example schema")
 
 
 def load(name: str) -> dict:

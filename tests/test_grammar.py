@@ -180,7 +180,9 @@ def test_library_grammars_via_generate_argument_forms(tmp_path):
     assert _as_grammar("sql") is library.load("sql")
     path = tmp_path / "g.lark"
     path.write_text('start: "x"+\n')
-    assert _as_grammar(str(path)).matches("xxx")
+    assert _as_grammar(path).matches("xxx")  # a Path is a file; a str never is
+    with pytest.raises(GrammarError, match="pass pathlib.Path"):
+        _as_grammar(str(path))
     assert _as_grammar('start: "y"\n').matches("y")
     g = cn.Grammar.from_regex("z")
     assert _as_grammar(g) is g

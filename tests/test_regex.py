@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -176,6 +177,46 @@ def test_state_cap_is_enforced_quickly():
 def test_timeout_is_enforced():
     with pytest.raises(RegexError, match="timeout"):
         compile_regex(r"(a|b)*a(a|b){14}", timeout=0.0)
+
+
+def test_timeout_holds_in_minimisation():
+    # a chain of 20,000 states: the NFA and subsets take about a second, the minimisation's
+    # refinement (one round per state) ran 10 s and more past a limit checked only before it
+    t0 = time.perf_counter()
+    with pytest.raises(RegexError, match=r"time limit of 3 s \(timeout=\)"):
+        compile_regex("[a-z]{1,20000}", timeout=3.0)
+    assert time.perf_counter() - t0 < 3.0 + 1.5
+
+
+def test_memory_budget_holds_for_bounded_repetitions_of_groups():
+    # a group that can match the empty string, repeated: every state's closure spans the
+    # whole chain (quadratic memory; this pattern held 1.7 GB at its 10 s timeout)
+    budget = 16 * 2**20
+    tracemalloc.start()
+    try:
+        with pytest.raises(RegexError, match=r"memory budget of 16 MiB \(max_memory=\)"):
+            compile_regex("(a?b?){1,3000}", max_memory=budget, timeout=60.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.25 * budget
+
+
+def test_memory_budget_holds_for_subset_blowups():
+    tracemalloc.start()
+    try:
+        with pytest.raises(RegexError, match="max_memory="):
+            compile_regex(r"(a|b)*a(a|b){20}", max_memory=8 * 2**20, timeout=60.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.25 * 8 * 2**20
+
+
+def test_the_cache_is_shared_across_timeouts():
+    # a compilation with the time left of a larger one (a grammar, a schema) reuses the entry
+    pattern = "[0-9]{3}-cache-key"
+    assert compile_regex(pattern, timeout=5.0) is compile_regex(pattern, timeout=7.5)
 
 
 def test_forced_bytes():

@@ -26,7 +26,10 @@ def test_names_load_and_path():
     assert person["required"] == ["name", "age", "city"]
     person["required"].append("x")  # each load is a new dict
     assert cn.schemas.load("person")["required"] == ["name", "age", "city"]
-    with pytest.raises(cn.ConstrainError, match="no 'nope' in schemas/; available: city"):
+    with pytest.raises(
+        cn.ConstrainError,
+        match="unknown example schema 'nope'; available: city",
+    ):
         cn.schemas.path("nope")
 
 

@@ -22,7 +22,7 @@ from constrain.constraints.constraint import Constraint
 from constrain.engine.cache import BoundedCache
 from constrain.engine.grammar import Grammar as EngineGrammar
 from constrain.engine.vocab import Vocabulary
-from constrain.errors import ConstrainError
+from constrain.errors import ConstrainError, GrammarError
 from constrain.jsonschema.grammar import Grammar
 from constrain.jsonschema.types import schema_from_type
 from constrain.jsonschema.validation import draft_validator
@@ -35,19 +35,35 @@ _CONSTRAINTS_KEPT = 64  # compiled constraints kept per vocabulary (least recent
 
 
 def grammar_from(grammar: EngineGrammar | str | os.PathLike) -> EngineGrammar:
-    """A Grammar from a Grammar, a library grammar name, a ``.lark`` path, or Lark text."""
+    """A Grammar from a Grammar, a library grammar name (``"sql"``), a file (a ``Path``: only
+    a path object is read as a file), or Lark text. A string without whitespace or ``:`` is no
+    grammar text, so it names a library grammar, and an unknown one is an error listing them.
+
+    Raises:
+        GrammarError: an unknown library grammar name, an unreadable file, a bad grammar, or
+            something else than these four.
+    """
     from constrain import grammars
 
     if isinstance(grammar, EngineGrammar):
         return grammar
     if isinstance(grammar, os.PathLike):
-        return Grammar.from_lark(grammar)
+        return Grammar.from_lark_file(grammar)
     if not isinstance(grammar, str):
-        raise TypeError(
-            f"grammar= expects a Grammar, a library name, a path or Lark text, got {type(grammar).__name__}"
+        raise GrammarError(
+            f"grammar= expects a Grammar, a library grammar name, a pathlib.Path or Lark text, "
+            f"got {type(grammar).__name__}"
         )
-    if grammar in grammars.names():
-        return grammars.load(grammar)
+    if ":" not in grammar and not any(c.isspace() for c in grammar.strip()):
+        try:
+            return grammars.load(grammar.strip())
+        except GrammarError as exc:
+            if grammar.strip().endswith(".lark") or "/" in grammar or os.sep in grammar:
+                raise GrammarError(
+                    f"{exc}; a string is never read as a file: pass pathlib.Path({grammar!r}) "
+                    f"to read one"
+                ) from None
+            raise
     return Grammar.from_lark(grammar)
 
 
@@ -56,8 +72,8 @@ class ConstraintSpec:
     """At most one of `regex`, `choices`, `grammar`, `schema`, `type` (none: free text).
 
     Attributes:
-        grammar: a `Grammar`, a library grammar name ("json", "sql", ...), a ``.lark`` path or
-            Lark grammar text.
+        grammar: a `Grammar`, a library grammar name ("json", "sql", ...), a `pathlib.Path` of
+            a ``.lark`` file, or Lark grammar text (see `grammar_from`).
         schema: a JSON Schema (dict, bool or JSON text).
         type: a Python type (`Grammar.from_type`).
         schema_options: options of `Grammar.from_json_schema` (`whitespace`, `any_order`, ...).

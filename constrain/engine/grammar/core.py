@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 from constrain.engine.automaton import Automaton, DFAAutomaton, TextCheck
 from constrain.engine.grammar.cfg import CFGAutomaton
 from constrain.engine.grammar.ir import GrammarIR
 from constrain.engine.grammar.lark_frontend import ir_from_lark, read_lark
-from constrain.engine.regex import ByteDFA, compile_regex, dfa_from_strings
+from constrain.engine.regex import DEFAULT_MAX_MEMORY, ByteDFA, compile_regex, dfa_from_strings
 from constrain.errors import GrammarError
 
 
 class Grammar:
     """A constraint on text, before it is bound to a vocabulary.
 
-    Build one with a constructor (`from_regex`, `from_choices`, `from_lark`, `from_ir`); bind it with
-    ``constrain.Constraint(grammar, vocab)``. Grammars are immutable and cheap to share.
+    Build one with a constructor (`from_regex`, `from_choices`, `from_lark`, `from_lark_file`,
+    `from_ir`); bind it with ``constrain.Constraint(grammar, vocab)``. Grammars are immutable and
+    cheap to share.
     """
 
     def __init__(self, automaton: Automaton, *, kind: str, source: str):
@@ -30,15 +32,21 @@ class Grammar:
 
     @classmethod
     def from_regex(
-        cls, pattern: str, *, max_states: int = 100_000, timeout: float = 10.0
+        cls,
+        pattern: str,
+        *,
+        max_states: int = 100_000,
+        timeout: float = 10.0,
+        max_memory: int = DEFAULT_MAX_MEMORY,
     ) -> Grammar:
-        """Texts that fully match `pattern` (see docs/regex.md for the supported syntax).
+        """Texts that fully match `pattern` (see docs/regex.md for the supported syntax and
+        the limits: states, seconds, bytes).
 
         Raises:
             RegexError: the pattern is malformed, unsupported, or exceeds a limit.
             GrammarError: the regex matches nothing.
         """
-        dfa = compile_regex(pattern, max_states=max_states, timeout=timeout)
+        dfa = compile_regex(pattern, max_states=max_states, timeout=timeout, max_memory=max_memory)
         return cls._from_dfa(dfa, kind="regex", source=pattern)
 
     @classmethod
@@ -57,43 +65,91 @@ class Grammar:
     @classmethod
     def from_lark(
         cls,
-        grammar: str | os.PathLike,
+        text: str,
         *,
         start: str = "start",
         special_tokens: Mapping[str, str] | None = None,
+        import_paths: Sequence[str | os.PathLike] = (),
+        timeout: float = 10.0,
     ) -> Grammar:
-        """A Lark grammar, given as text or as the path of a ``.lark`` file.
+        """A Lark grammar given as text: parsed, never read from a file, whatever the string
+        looks like (`from_lark_file` reads one), so untrusted text is safe to pass.
 
         Any context-free grammar works (ambiguous, left-recursive, with empty rules); see
         docs/grammars.md for the lexing semantics and what is supported.
 
         Args:
-            grammar: Lark grammar text, or a path to a file holding it.
+            text: the Lark grammar.
             start: the start rule.
             special_tokens: ``%declare``d terminal -> special token text, e.g.
                 ``{"EOT": "<|im_end|>"}``.
+            import_paths: directories ``%import`` may read from; without them it reads only
+                the grammar library (``%import json (value)``) and lark's grammars
+                (``%import common.WS``).
+            timeout: seconds the compilation may take (lark's loading and the terminals).
 
         Raises:
             GrammarError: lark's message (with line and column) for a malformed grammar, an
-                unknown rule or terminal, an unsupported terminal pattern, or an empty language.
+                unknown rule or terminal, an ``%import`` found nowhere it may look, an
+                unsupported terminal pattern, a compile limit, or an empty language.
         """
-        import_paths: list[str] = []
-        if isinstance(grammar, os.PathLike) or (
-            isinstance(grammar, str) and "\n" not in grammar and grammar.endswith(".lark")
-        ):
-            name = str(grammar)
-            grammar, import_paths = read_lark(grammar)
-            source = name
-        else:
-            source = "<grammar>"
-        ir = ir_from_lark(
-            grammar,
-            start=start,
-            import_paths=import_paths,
-            special_tokens=special_tokens,
-            source=source,
-        )
-        return cls.from_ir(ir, kind="lark", source=source)
+        if not isinstance(text, str):
+            hint = (
+                f"; to read the file {os.fspath(text)!r}, use Grammar.from_lark_file"
+                if isinstance(text, os.PathLike)
+                else ""
+            )
+            raise GrammarError(
+                f"Grammar.from_lark takes grammar text (a str), got {type(text).__name__}{hint}"
+            )
+        try:
+            ir = ir_from_lark(
+                text,
+                start=start,
+                import_paths=import_paths,
+                special_tokens=special_tokens,
+                timeout=timeout,
+            )
+        except GrammarError as exc:
+            if "\n" in text or not text.strip().endswith(".lark"):
+                raise
+            raise GrammarError(
+                f"{exc} (the text {text.strip()!r} is parsed as a grammar, not read as a file: "
+                f"use Grammar.from_lark_file to read one)"
+            ) from None
+        return cls.from_ir(ir, kind="lark", source="<grammar>")
+
+    @classmethod
+    def from_lark_file(
+        cls,
+        path: str | os.PathLike,
+        *,
+        start: str = "start",
+        special_tokens: Mapping[str, str] | None = None,
+        import_paths: Sequence[str | os.PathLike] = (),
+        timeout: float = 10.0,
+    ) -> Grammar:
+        """The Lark grammar in the file `path` (UTF-8). Its ``%import``s look in the file's
+        directory, then `import_paths`, the grammar library and lark's grammars; the other
+        arguments are `from_lark`'s.
+
+        Raises:
+            GrammarError: the file cannot be read (named), or as `from_lark`.
+        """
+        path = Path(path)
+        text = read_lark(path)
+        try:
+            ir = ir_from_lark(
+                text,
+                start=start,
+                import_paths=[path.parent, *import_paths],
+                special_tokens=special_tokens,
+                source=str(path),
+                timeout=timeout,
+            )
+            return cls.from_ir(ir, kind="lark", source=str(path))
+        except GrammarError as exc:
+            raise GrammarError(f"grammar file {str(path)!r}: {exc}") from exc.__cause__
 
     @classmethod
     def from_ir(

@@ -10,21 +10,30 @@ context-free grammar.
 Regex terminals use our regex layer (docs/regex.md); lark's lazy ``common.ESCAPED_STRING`` and
 ``common.C_COMMENT`` are replaced by exact greedy equivalents. Other lazy quantifiers and regex
 flags cannot be honoured under longest match and are reported with the terminal's name.
+
+Grammar text may come from an untrusted source, so nothing here reads a file it was not told
+to: ``%import`` resolves only in the directories the caller lists, then the grammar library
+(grammars/) and lark's own grammars (``common`` ...), never against the current directory, and
+an import found nowhere is a `GrammarError` naming it and its line. The regex terminals are
+compiled here, within the compilation's deadline.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 
+from constrain import datadirs
 from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule
-from constrain.engine.regex import syntax_chars
-from constrain.errors import GrammarError
+from constrain.engine.regex import compile_regex, syntax_chars
+from constrain.errors import GrammarError, RegexError
 
-__all__ = ["ir_from_lark"]
+__all__ = ["ImportResolver", "ir_from_lark", "read_lark"]
 
 # lark's lazy common terminals and exact longest-match equivalents (`.` excludes \n in lark too)
 _EXACT_COMMON = {
@@ -104,36 +113,109 @@ def _lexeme(terminal) -> Lexeme:
     return Lexeme(name, regex, priority=priority)
 
 
+class ImportResolver:
+    """Where ``%import`` finds grammars: the directories `paths` (in order), then the grammar
+    library, then lark's own grammars. Called by lark as ``(base_path, grammar_path) ->
+    (joined_path, text)`` for every import, nested ones included; a relative import
+    (``%import .x``) looks first in the directory of the grammar that makes it, when that
+    directory is one of those (or below one). An import found nowhere raises `GrammarError`.
+    """
+
+    def __init__(self, paths: Sequence[str | os.PathLike] = (), *, text: str = ""):
+        self.roots = [Path(p).resolve() for p in (*paths, datadirs.path("grammars"))]
+        self.text = text  # the top grammar, for the line of a missing import
+
+    def __call__(self, base_path, grammar_path: str):
+        from lark.load_grammar import PackageResource, stdlib_loader
+
+        try:
+            if isinstance(base_path, PackageResource):  # an import inside one of lark's grammars
+                return stdlib_loader(base_path, grammar_path)
+            for directory in self._directories(base_path):
+                found = directory / grammar_path  # dotted names only: it stays in `directory`
+                if found.is_file():
+                    return str(found), read_lark(found)
+            return stdlib_loader(None, grammar_path)
+        except OSError:  # never back to lark, whose last resort is the current directory
+            raise self._not_found(grammar_path) from None
+
+    def _directories(self, base_path) -> list[Path]:
+        dirs = list(self.roots)
+        if isinstance(base_path, str) and base_path:
+            base = Path(base_path).resolve()
+            if any(base.is_relative_to(r) for r in self.roots):
+                dirs.insert(0, base)
+        return dirs
+
+    def _not_found(self, grammar_path: str) -> GrammarError:
+        dotted = grammar_path.removesuffix(".lark").replace(os.sep, ".")
+        where = "the grammar library (" + ", ".join(datadirs.names("grammars", ".lark"))
+        where += ") or lark's grammars (common, unicode, python, lark)"
+        if len(self.roots) > 1:
+            paths = ", ".join(repr(str(r)) for r in self.roots[:-1])
+            where = f"the import paths ({paths}), {where}"
+        line = next(
+            (
+                f" (line {i})"
+                for i, text in enumerate(self.text.splitlines(), 1)
+                if re.match(rf"\s*%import\s+\.?{re.escape(dotted)}\b", text)
+            ),
+            "",
+        )
+        return GrammarError(
+            f"%import {dotted}: not found in {where}{line}; grammar text imports only from "
+            f"there unless import_paths=[directory, ...] names more"
+        )
+
+
 def ir_from_lark(
     text: str,
     *,
     start: str = "start",
-    import_paths: list[str] | None = None,
+    import_paths: Sequence[str | os.PathLike] = (),
     special_tokens: Mapping[str, str] | None = None,
     source: str = "<grammar>",
+    timeout: float = 10.0,
 ) -> GrammarIR:
-    """Translate Lark grammar text.
+    """Translate Lark grammar text (text only: this reads no file but the imports').
 
     Args:
         text: the grammar.
         start: the start rule.
-        import_paths: directories searched by ``%import``.
+        import_paths: directories searched by ``%import`` before the grammar library and
+            lark's grammars (see `ImportResolver`).
         special_tokens: ``%declare``d terminal name -> special token text (e.g.
             ``{"EOT": "<|im_end|>"}``); such terminals match that token only.
+        source: the grammar's name in messages (and, for a file, its path).
+        timeout: seconds the translation may take (lark's loading, then the terminals'
+            regexes, each compiled within what is left).
 
     Raises:
-        GrammarError: lark rejects the grammar (its message, with line and column), a terminal
-            uses an unsupported regex feature, or a ``%declare``d terminal has no special token.
+        GrammarError: lark rejects the grammar (its message, with line and column), an
+            ``%import`` is found nowhere it may look, a terminal uses an unsupported regex
+            feature or exceeds a compile limit, the deadline passes, or a ``%declare``d
+            terminal has no special token.
     """
     from lark.exceptions import LarkError
     from lark.load_grammar import load_grammar
 
+    deadline = time.monotonic() + timeout
+    resolver = ImportResolver(import_paths, text=text)
     try:
-        grammar, _ = load_grammar(text, source, import_paths or [], False)
+        grammar, _ = load_grammar(text, source, [resolver], False)
         terminals, rules, ignore = grammar.compile([start], set())
-    except LarkError as exc:
+    except GrammarError:  # an import found nowhere (see `ImportResolver`)
+        raise
+    except (LarkError, AssertionError) as exc:  # lark asserts some conditions on imports
         raise GrammarError(f"lark rejects the grammar: {exc}") from None
-    lexemes = {t.name: _lexeme(t) for t in terminals}
+    except Exception as exc:  # lark crashing on input it does not diagnose (a %declare'd rule)
+        raise GrammarError(
+            f"lark fails on the grammar ({type(exc).__name__}: {exc}); look for a malformed "
+            f"%declare, %import or template"
+        ) from exc
+    if time.monotonic() > deadline:
+        raise _time_limit(timeout, "in lark's loading")
+    lexemes = {t.name: _compiled(_lexeme(t), deadline, timeout) for t in terminals}
     for name, special in (special_tokens or {}).items():
         if name in lexemes:
             raise GrammarError(
@@ -153,10 +235,40 @@ def ir_from_lark(
     return GrammarIR(start, ir_rules, lexemes, list(ignore), source=text)
 
 
-def read_lark(path: str | os.PathLike) -> tuple[str, list[str]]:
-    """The text of a grammar file and the import path (its directory)."""
+def _compiled(lexeme: Lexeme, deadline: float, timeout: float) -> Lexeme:
+    """`lexeme` with its DFA compiled now when it is a regex, within what is left of the
+    deadline (literals build in linear time; they stay lazy)."""
+    if lexeme.literal or lexeme.special is not None:
+        return lexeme
+    left = deadline - time.monotonic()
+    try:
+        dfa = compile_regex(lexeme.pattern, timeout=max(left, 0.0))
+    except RegexError as exc:
+        if time.monotonic() > deadline:
+            raise _time_limit(timeout, f"at terminal {lexeme.name}") from None
+        raise GrammarError(f"terminal {lexeme.name}: {exc}") from exc
+    return dataclasses.replace(lexeme, automaton=dfa)
+
+
+def _time_limit(timeout: float, where: str) -> GrammarError:
+    return GrammarError(
+        f"compiling the grammar took longer than its time limit of {timeout:g} s (timeout=), "
+        f"{where}"
+    )
+
+
+def read_lark(path: str | os.PathLike) -> str:
+    """The text of the grammar file `path`.
+
+    Raises:
+        GrammarError: the file cannot be read (named, with the reason) or is not UTF-8 text.
+    """
     path = Path(path)
     try:
-        return path.read_text(encoding="utf-8"), [str(path.parent)]
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise GrammarError(f"cannot read grammar file {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise GrammarError(
+            f"grammar file {str(path)!r} is not UTF-8 text (byte {exc.start})"
+        ) from None

@@ -8,9 +8,11 @@ live states and minimised.
 
 Invariants: state 0 is dead; every other state is reachable from the start state 1 and live
 (some accepting state is reachable from it), so a byte walk that never hits 0 is always
-completable. Limits on states and compile time are explicit and raise `RegexError`.
+completable. Limits on states, compile time and memory are explicit, checked by every stage,
+and raise `RegexError`.
 """
 
+from constrain.engine.regex._limits import DEFAULT_MAX_MEMORY
 from constrain.engine.regex._syntax import escaped, syntax_chars
 from constrain.engine.regex.dfa import (
     DEAD,
@@ -27,6 +29,7 @@ from constrain.engine.regex.dfa import (
 
 __all__ = [
     "DEAD",
+    "DEFAULT_MAX_MEMORY",
     "ByteDFA",
     "combine",
     "compile_regex",

@@ -13,13 +13,16 @@ reachable from the start state (1) and live, i.e. can still reach an accepting s
 from __future__ import annotations
 
 import bisect
-import time
+import math
+import threading
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 import numpy as np
 from interegular.patterns import Pattern, _CharGroup, _Concatenation, _Repeated
 
+from constrain.engine.cache import BoundedCache
+from constrain.engine.regex._limits import DEFAULT_MAX_MEMORY, SET_ENTRY_BYTES, CompileLimits
 from constrain.engine.regex._syntax import Lookahead, lookahead_index, parse
 from constrain.engine.regex._utf8 import MAX_CODE_POINT, json_sequences, utf8_sequences
 from constrain.errors import RegexError
@@ -27,6 +30,20 @@ from constrain.errors import RegexError
 DEAD = 0
 _FORCED_CAP = 4096
 _MERGE_LIMIT = 600  # products larger than this are pruned but not minimised (Moore is O(n * depth))
+
+
+def _unlimited() -> CompileLimits:
+    """Limits that never stop anything (for callers that bound their inputs themselves)."""
+    return CompileLimits("", timeout=math.inf, max_states=2**62, max_memory=2**62)
+
+
+_CHECK_EVERY = 1 << 16  # inner loops check the limits after this many steps
+_SUBSET_BYTES = 256  # a DFA state's frozenset, its key in the numbering, its row
+_CONFIG_BYTES = 2 * SET_ENTRY_BYTES + 64  # a configuration (state, obligations) in a set
+_NFA_STATE_BYTES = 512  # two lists, an edge with its range tuple, the state's int
+_EDGE_BYTES = 160  # an edge over atoms: a range and a tuple
+_CELL_COPIES = 5  # dense int64 tables minimisation holds at once (table, full, compact, ...)
+_BYTE_STATE_BYTES = 256 * 4 + 256  # a row of the byte DFA and its edges while expanding
 
 CodeRanges = tuple[tuple[int, int], ...]
 
@@ -262,28 +279,23 @@ class _NFA:
     `final` loops on every character (it is then `universal`: once reached, the rest matches).
     """
 
-    def __init__(
-        self, pattern: str, max_states: int, deadline: float, lookaheads: Sequence[Lookahead] = ()
-    ):
+    def __init__(self, pattern: str, limits: CompileLimits, lookaheads: Sequence[Lookahead] = ()):
         self.eps: list[list[int]] = []
         self.edges: list[list[tuple[CodeRanges, int]]] = []
         self.pattern = pattern
-        self.max_states = max_states
-        self.deadline = deadline
+        self.limits = limits
         self.lookaheads = lookaheads
         self.asserts: dict[int, list[tuple[bool, int, int, int]]] = {}
         self.universal: set[int] = set()
         self._built: dict[int, tuple[bool, int, int]] = {}  # lookahead -> its automaton
+        self._ranges: dict[tuple, CodeRanges] = {}  # (chars, negated) -> ranges, for repeats
 
     def new(self) -> int:
-        if len(self.eps) >= self.max_states:
-            raise RegexError(
-                f"regex NFA exceeds {self.max_states} states (large repetition counts?); "
-                f"simplify the pattern or raise max_states",
-                self.pattern,
-            )
-        if len(self.eps) % 1024 == 0 and time.monotonic() > self.deadline:
-            raise RegexError("regex compilation exceeded its timeout", self.pattern)
+        n = len(self.eps)
+        if n >= 4 * self.limits.max_states:
+            self.limits.states(n + 1, "regex NFA", n)
+        if n % 1024 == 0:  # the time, and the memory of the next 1024 states
+            self.limits.charge(1024 * _NFA_STATE_BYTES)
         self.eps.append([])
         self.edges.append([])
         return len(self.eps) - 1
@@ -321,6 +333,10 @@ class _NFA:
             self.eps[start].append(end)
             return end
         if isinstance(node, _CharGroup):
+            key = (node.chars, node.negated)
+            ranges = self._ranges.get(key)
+            if ranges is not None:  # a group seen before (a repetition's copies)
+                return self._edge(start, ranges)
             marks = [k for c in node.chars if (k := lookahead_index(c)) is not None]
             if marks:
                 if node.negated or len(node.chars) > 1:
@@ -330,7 +346,8 @@ class _NFA:
                     )
                 return self._assertion(start, marks[0])
             ranges = _ranges_of(node.chars)
-            return self._edge(start, _complement(ranges) if node.negated else ranges)
+            ranges = self._ranges[key] = _complement(ranges) if node.negated else ranges
+            return self._edge(start, ranges)
         name = type(node).__name__
         if name == "__DotCls":
             return self._edge(start, _complement(_NEWLINE))
@@ -385,17 +402,20 @@ def _atoms(nfa: _NFA) -> tuple[list[tuple[int, int]], list[list[tuple[range, int
                     )
                 )
         edge_atoms.append(out)
+    nfa.limits.charge(len(atoms) * 64 + sum(map(len, edge_atoms)) * _EDGE_BYTES)
     return atoms, edge_atoms
 
 
 def _closure(nfa: _NFA):
-    """The epsilon closure of one NFA state (memoised)."""
+    """The epsilon closure of one NFA state (memoised; the memo is charged to the limits)."""
     closures: dict[int, frozenset[int]] = {}
+    limits = nfa.limits
 
     def closure(q: int) -> frozenset[int]:
         got = closures.get(q)
         if got is None:
             seen, stack = {q}, [q]
+            work = 0
             while stack:
                 for r in nfa.eps[stack.pop()]:
                     if r in seen:
@@ -403,10 +423,16 @@ def _closure(nfa: _NFA):
                     known = closures.get(r)
                     if known is not None:  # a finished closure is complete: no need to walk it
                         seen |= known
+                        work += len(known)
                     else:
                         seen.add(r)
                         stack.append(r)
+                work += 1
+                if work > _CHECK_EVERY:
+                    limits.check(len(seen) * SET_ENTRY_BYTES)
+                    work = 0
             got = closures[q] = frozenset(seen)
+            limits.charge(len(got) * SET_ENTRY_BYTES)
         return got
 
     return closure
@@ -414,51 +440,61 @@ def _closure(nfa: _NFA):
 
 class _Subsets:
     """Numbering of the DFA's states (subsets of NFA states or configurations), with the
-    limits checked."""
+    limits checked: the state cap, the deadline, and the memory of the subsets and rows kept."""
 
-    def __init__(self, nfa: _NFA, first: frozenset, max_states: int):
-        self.nfa, self.max_states = nfa, max_states
+    def __init__(self, nfa: _NFA, first: frozenset):
+        self.limits = nfa.limits
         self.ids = {first: 0}
         self.order = [first]
 
     def id(self, subset: frozenset) -> int:
         dest = self.ids.get(subset)
         if dest is None:
-            if len(self.order) >= self.max_states:
-                raise RegexError(
-                    f"regex DFA exceeds max_states={self.max_states}; simplify the pattern or "
-                    f"raise the limit",
-                    self.nfa.pattern,
-                )
+            self.limits.states(len(self.order) + 1, "regex DFA")
+            self.limits.charge(len(subset) * SET_ENTRY_BYTES + _SUBSET_BYTES)
             dest = self.ids[subset] = len(self.order)
             self.order.append(subset)
         return dest
 
-    def pending(self, done: int) -> frozenset | None:
-        if done == len(self.order):
-            return None
-        if time.monotonic() > self.nfa.deadline:
-            raise RegexError("regex compilation exceeded its timeout", self.nfa.pattern)
-        return self.order[done]
+    def pending(self, rows: list[dict[int, int]]) -> frozenset | None:
+        """The next subset whose row is to be built (None: all done), after charging the row
+        built last."""
+        if rows:
+            self.limits.charge(len(rows[-1]) * SET_ENTRY_BYTES)
+        else:
+            self.limits.check()
+        return None if len(rows) == len(self.order) else self.order[len(rows)]
+
+
+def _moves(current, edges, limits: CompileLimits) -> dict[int, set]:
+    """``{atom: targets}`` of the members of `current` (`edges(member)` gives ``(atoms, target)``
+    pairs), checking the limits as the sets grow."""
+    moves: dict[int, set] = {}
+    work = 0
+    for q in current:
+        for atom_range, target in edges(q):
+            for a in atom_range:
+                moves.setdefault(a, set()).add(target)
+            work += len(atom_range)
+            if work > _CHECK_EVERY:
+                limits.check(sum(map(len, moves.values())) * SET_ENTRY_BYTES)
+                work = 0
+    return moves
 
 
 def _determinize(
-    nfa: _NFA, start: int, final: int, max_states: int
+    nfa: _NFA, start: int, final: int
 ) -> tuple[list[dict[int, int]], list[bool], list[tuple[int, int]]]:
     """Subset construction. Returns per-state {atom: next state}, accepting flags and the atoms."""
     if nfa.asserts:
-        return _determinize_with_lookaheads(nfa, start, final, max_states)
+        return _determinize_with_lookaheads(nfa, start, final)
     atoms, edge_atoms = _atoms(nfa)
     closure = _closure(nfa)
-    subsets = _Subsets(nfa, closure(start), max_states)
+    subsets = _Subsets(nfa, closure(start))
     table: list[dict[int, int]] = []
     accepting: list[bool] = []
-    while (current := subsets.pending(len(table))) is not None:
-        moves: dict[int, set[int]] = {}
-        for q in current:
-            for atom_range, target in edge_atoms[q]:
-                for a in atom_range:
-                    moves.setdefault(a, set()).add(target)
+    while (current := subsets.pending(table)) is not None:
+        moves = _moves(current, edge_atoms.__getitem__, nfa.limits)
         row: dict[int, int] = {}
         by_targets: dict[frozenset[int], int] = {}
         for a, targets in moves.items():
@@ -474,7 +510,7 @@ def _determinize(
 
 
 def _determinize_with_lookaheads(
-    nfa: _NFA, start: int, final: int, max_states: int
+    nfa: _NFA, start: int, final: int
 ) -> tuple[list[dict[int, int]], list[bool], list[tuple[int, int]]]:
     """Subset construction over configurations ``(NFA state, obligations)``.
 
@@ -487,6 +523,7 @@ def _determinize_with_lookaheads(
     """
     atoms, edge_atoms = _atoms(nfa)
     closure = _closure(nfa)
+    limits = nfa.limits
     raw: dict[int, dict[int, list[int]]] = {}  # state -> atom -> targets (not closed)
     closed: dict[int, dict[int, frozenset[int]]] = {}  # state -> atom -> closed targets
 
@@ -497,6 +534,7 @@ def _determinize_with_lookaheads(
             for atom_range, target in edge_atoms[q]:
                 for a in atom_range:
                     got.setdefault(a, []).append(target)
+            limits.charge(sum(map(len, got.values())) * SET_ENTRY_BYTES)
         return got
 
     def step(q: int) -> dict[int, frozenset[int]]:
@@ -505,6 +543,7 @@ def _determinize_with_lookaheads(
             got = closed[q] = {
                 a: frozenset().union(*(closure(t) for t in ts)) for a, ts in targets(q).items()
             }
+            limits.charge(sum(map(len, got.values())) * SET_ENTRY_BYTES)
         return got
 
     def settle(negative: bool, end: int, states: frozenset[int]):
@@ -545,18 +584,22 @@ def _determinize_with_lookaheads(
                     settled = settle(negative, sub_final, closure(sub_start))
                     if settled is not False:
                         stack.append((end, held if settled is True else held | {settled}))
+                if len(seen) % _CHECK_EVERY == 0:
+                    limits.check(len(seen) * _CONFIG_BYTES)
             got = closes[key] = frozenset(seen)
+            limits.charge(len(got) * _CONFIG_BYTES)
         return got
 
     def accepts(config) -> bool:
         q, obligations = config
         return q == final and all((end in states) != neg for neg, end, states in obligations)
 
-    subsets = _Subsets(nfa, close(start, frozenset()), max_states)
+    subsets = _Subsets(nfa, close(start, frozenset()))
     table: list[dict[int, int]] = []
     accepting: list[bool] = []
-    while (current := subsets.pending(len(table))) is not None:
+    while (current := subsets.pending(table)) is not None:
         moves: dict[int, set] = {}
+        work = 0
         for q, obligations in current:
             for a, ts in targets(q).items():
                 held = advance(obligations, a)
@@ -564,6 +607,10 @@ def _determinize_with_lookaheads(
                     bucket = moves.setdefault(a, set())
                     for t in ts:
                         bucket |= close(t, held)
+                        work += 1
+                if work > _CHECK_EVERY:
+                    limits.check(sum(map(len, moves.values())) * SET_ENTRY_BYTES)
+                    work = 0
         row = {a: subsets.id(frozenset(configs)) for a, configs in moves.items() if configs}
         table.append(row)
         accepting.append(any(accepts(c) for c in current))
@@ -641,12 +688,16 @@ def _column_representatives(table: np.ndarray) -> np.ndarray:
 _MIX = np.random.default_rng(0).integers(1, 2**62, size=(257,), dtype=np.int64) | 1
 
 
-def _refine(cls: np.ndarray, n_classes: int, compact: np.ndarray, acc: np.ndarray):
+def _refine(
+    cls: np.ndarray, n_classes: int, compact: np.ndarray, acc: np.ndarray, limits: CompileLimits
+):
     """Moore refinement to the coarsest congruence. Rows are compared through 64-bit hashes
     (one cheap 1-D unique per round); the result is then checked exactly, and recomputed with
-    exact row comparison in the (astronomically unlikely) case a collision merged two states."""
+    exact row comparison in the (astronomically unlikely) case a collision merged two states.
+    The rounds can be as many as the states (a chain), so each checks the deadline."""
     hashed, initial = cls, n_classes
     while True:
+        limits.check()
         signature = hashed * _MIX[0] + (hashed[compact] * _MIX[1 : compact.shape[1] + 1]).sum(1)
         _, hashed = np.unique(signature, return_inverse=True)
         hashed = hashed.ravel()
@@ -660,6 +711,7 @@ def _refine(cls: np.ndarray, n_classes: int, compact: np.ndarray, acc: np.ndarra
         return hashed, n_classes
     n_classes = initial
     while True:  # exact fallback
+        limits.check()
         _, cls = np.unique(np.column_stack([cls, cls[compact]]), axis=0, return_inverse=True)
         cls = cls.ravel()
         if cls.max() + 1 == n_classes:
@@ -673,9 +725,11 @@ def _minimize(
     start: int,
     merge: bool = True,
     expand: np.ndarray | None = None,
+    limits: CompileLimits | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Prune to reachable and live states and merge equivalent ones (Moore refinement; skipped
-    when `merge` is false, e.g. for large products whose refinement would take long).
+    when `merge` is false, e.g. for large products whose refinement would take long), within
+    `limits` (the dense copies it makes are checked against the memory budget up front).
 
     `trans` is (n, k) with -1 for "no transition". The result is (m, k) with state 0 dead (all
     its transitions and every missing one lead to 0), start state 1, the others in BFS order;
@@ -683,6 +737,8 @@ def _minimize(
     columns of `trans` are classes of symbols and the result has one column per symbol.
     """
     n = len(trans) + 1
+    limits = limits or _unlimited()
+    limits.check(n * trans.shape[1] * 8 * _CELL_COPIES)
     full = np.zeros((n, trans.shape[1]), dtype=np.int64)
     full[1:] = trans + 1
     acc = np.zeros(n, dtype=bool)
@@ -702,7 +758,7 @@ def _minimize(
         cls = np.where(keep, np.cumsum(keep), 0)
         n_classes = int(cls.max()) + 1
     if merge:
-        cls, n_classes = _refine(cls, n_classes, compact, acc)
+        cls, n_classes = _refine(cls, n_classes, compact, acc, limits)
     rep = np.zeros(n_classes, dtype=np.int64)
     rep[cls[::-1]] = np.arange(n - 1, -1, -1)  # a representative state of each class
     class_trans = cls[full[rep]]
@@ -792,11 +848,14 @@ def _to_bytes(
     accepting: np.ndarray,
     atoms: list[tuple[int, int]],
     pattern: str,
+    limits: CompileLimits,
     encoding: str = "utf-8",
 ) -> ByteDFA:
     """Expand a minimal character DFA (dead 0, start 1, columns = atoms) into a byte DFA."""
     builder = _ByteBuilder(len(table))
     for state in range(1, len(table)):
+        if state % 256 == 0:
+            limits.check(len(builder.rows) * _BYTE_STATE_BYTES)
         row = table[state].tolist()
         items = []
         lo = 0
@@ -809,6 +868,7 @@ def _to_bytes(
                     )
                 lo = a
         builder.rows[state] = builder.edges(items)
+    limits.check(len(builder.rows) * _BYTE_STATE_BYTES)
     trans = np.zeros((len(builder.rows), 256), dtype=np.int32)
     for state, row in enumerate(builder.rows):
         for lo, hi, dest in row:
@@ -820,46 +880,78 @@ def _to_bytes(
 
 # -- public constructors --------------------------------------------------------------------------
 
+# compiled regexes by (pattern, max_states, max_memory, dialect, encoding): the timeout is not
+# part of the key, so callers passing the time left of a larger compilation still share entries
+_COMPILED: BoundedCache[tuple, ByteDFA] = BoundedCache(256)
+_COMPILED_LOCK = threading.Lock()
 
-@lru_cache(maxsize=256)
+
 def compile_regex(
     pattern: str,
     *,
     max_states: int = 100_000,
     timeout: float = 10.0,
+    max_memory: int = DEFAULT_MAX_MEMORY,
     dialect: str = "python",
     encoding: str = "utf-8",
 ) -> ByteDFA:
-    """Compile `pattern` (full-match semantics over UTF-8 bytes) to a minimal byte DFA.
+    """Compile `pattern` (full-match semantics over UTF-8 bytes) to a minimal byte DFA (cached:
+    the 256 most recently compiled are kept; `compile_regex.cache_clear()` forgets them).
 
     Args:
         pattern: the regex; see docs/regex.md for the supported syntax.
-        max_states: cap on NFA and character-DFA states.
-        timeout: cap on compile time, in seconds.
+        max_states: cap on character-DFA states (and 4x that on NFA states).
+        timeout: cap on compile time, in seconds, checked by every stage.
+        max_memory: cap on the memory the compilation holds, in bytes (an estimate counted
+            by every stage: sets of states, tables).
         dialect: "python", or "ecma" for ECMA-262 meanings of ``.``, ``\\s`` and ``\\S`` (as
             JSON Schema's ``pattern`` uses them).
         encoding: "utf-8" (the text itself), or "json": the text as it appears between the
             quotes of a JSON string (``"``, ``\\`` and control characters escaped).
 
     Raises:
-        RegexError: malformed or unsupported syntax (with its position), or a limit exceeded.
+        RegexError: malformed or unsupported syntax (with its position), or a limit exceeded
+            (naming it: ``max_states=``, ``timeout=``, ``max_memory=``).
     """
     if not isinstance(pattern, str):
         raise TypeError(f"a regex must be a str, got {type(pattern).__name__}")
-    deadline = time.monotonic() + timeout
     if dialect not in ("python", "ecma") or encoding not in ("utf-8", "json"):
         raise ValueError(f"unknown dialect {dialect!r} or encoding {encoding!r}")
+    key = (pattern, max_states, max_memory, dialect, encoding)
+    with _COMPILED_LOCK:
+        found = _COMPILED.get(key)
+    if found is None:
+        limits = CompileLimits(
+            pattern, timeout=timeout, max_states=max_states, max_memory=max_memory
+        )
+        found = _compile(pattern, limits, dialect, encoding)
+        with _COMPILED_LOCK:
+            _COMPILED[key] = found
+    return found
+
+
+def _clear_compiled() -> None:
+    with _COMPILED_LOCK:
+        _COMPILED.clear()
+
+
+compile_regex.cache_clear = _clear_compiled  # type: ignore[attr-defined]  (as lru_cache's)
+
+
+def _compile(pattern: str, limits: CompileLimits, dialect: str, encoding: str) -> ByteDFA:
+    """The pipeline of `compile_regex`, every stage within `limits`."""
     tree, lookaheads = parse(pattern, ecma=dialect == "ecma")
-    nfa = _NFA(pattern, max_states=4 * max_states, deadline=deadline, lookaheads=lookaheads)
+    nfa = _NFA(pattern, limits, lookaheads=lookaheads)
     start = nfa.new()
     final = nfa.build(tree, start)
-    rows, accepting, atoms = _determinize(nfa, start, final, max_states)
+    rows, accepting, atoms = _determinize(nfa, start, final)
+    limits.check(len(rows) * len(atoms) * 8)
     table = np.full((len(rows), len(atoms)), -1, dtype=np.int64)
     for state, row in enumerate(rows):
         if row:
             table[state, list(row)] = list(row.values())
-    table, acc = _minimize(table, np.array(accepting), 0)
-    return _to_bytes(table, acc, atoms, pattern, encoding)
+    table, acc = _minimize(table, np.array(accepting), 0, limits=limits)
+    return _to_bytes(table, acc, atoms, pattern, limits, encoding)
 
 
 def joint_byte_classes(dfas: Sequence[ByteDFA]) -> tuple[np.ndarray, np.ndarray]:
@@ -879,11 +971,11 @@ def joint_byte_classes(dfas: Sequence[ByteDFA]) -> tuple[np.ndarray, np.ndarray]
     return classes.astype(np.int64), representatives
 
 
-def _product_search(a: ByteDFA, b: ByteDFA, op: str, max_states: int, pattern: str, stop=None):
+def _product_search(a: ByteDFA, b: ByteDFA, op: str, limits: CompileLimits, stop=None):
     """Breadth-first search of the pairs of states of `a` and `b` reachable for `op` (pairs
-    where the result can no longer accept are dropped). Pairs are numbered in order of
-    discovery; returns (pair keys, rows of next pair keys per byte class (-1: none), classes),
-    or None as soon as `stop(x, y)` holds for a pair of the frontier."""
+    where the result can no longer accept are dropped), within `limits`. Pairs are numbered in
+    order of discovery; returns (pair keys, rows of next pair keys per byte class (-1: none),
+    classes), or None as soon as `stop(x, y)` holds for a pair of the frontier."""
     classes, representatives = joint_byte_classes((a, b))
     width = np.int64(b.n_states)
     start = int(a.start) * int(width) + int(b.start)
@@ -908,29 +1000,43 @@ def _product_search(a: ByteDFA, b: ByteDFA, op: str, max_states: int, pattern: s
         for k in fresh:
             index[k] = len(order)
             order.append(k)
-        if len(order) > max_states:
-            raise RegexError(f"the {op} of two automata exceeds {max_states} states", pattern[:200])
+        limits.states(len(order), f"the {op} of two automata")
+        limits.charge(keys.nbytes + len(fresh) * SET_ENTRY_BYTES)
         frontier = np.array(fresh, dtype=np.int64)
     return np.array(order, dtype=np.int64), np.concatenate(levels), classes
 
 
-def combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, max_states: int = 100_000) -> ByteDFA:
+def combine(
+    a: ByteDFA,
+    b: ByteDFA,
+    op: str,
+    pattern: str,
+    max_states: int = 100_000,
+    *,
+    timeout: float = 10.0,
+    max_memory: int = DEFAULT_MAX_MEMORY,
+) -> ByteDFA:
     """The minimal DFA of ``a & b`` (op "and"), ``a | b`` ("or") or ``a - b`` ("minus"): a
     product search over byte classes, then minimisation.
 
     Raises:
-        RegexError: the product exceeds `max_states` states.
+        RegexError: the product exceeds `max_states` states, `timeout` seconds or `max_memory`
+            bytes.
     """
     if op not in ("and", "or", "minus"):
         raise ValueError(f"unknown operation {op!r}")
-    pairs, table, classes = _product_search(a, b, op, max_states, pattern)
+    limits = CompileLimits(
+        pattern[:200], timeout=timeout, max_states=max_states, max_memory=max_memory
+    )
+    pairs, table, classes = _product_search(a, b, op, limits)
     sorter = np.argsort(pairs)
     live = table >= 0
     table[live] = sorter[np.searchsorted(pairs, table[live], sorter=sorter)]
     x, y = np.divmod(pairs, np.int64(b.n_states))
     ax, by = a.accepting[x], b.accepting[y]
     accepting = {"and": ax & by, "or": ax | by, "minus": ax & ~by}[op]
-    table, acc = _minimize(table, accepting, 0, merge=len(pairs) <= _MERGE_LIMIT, expand=classes)
+    merge = len(pairs) <= _MERGE_LIMIT
+    table, acc = _minimize(table, accepting, 0, merge=merge, expand=classes, limits=limits)
     return ByteDFA(table, acc, 1 if len(table) > 1 else DEAD, pattern)
 
 
@@ -946,7 +1052,7 @@ def is_empty_combination(a: ByteDFA, b: ByteDFA, op: str) -> bool:
         other = b.accepting[y] if op == "and" else ~b.accepting[y]
         return bool((a.accepting[x] & other).any())
 
-    return _product_search(a, b, op, 10**9, "", stop=accepts) is not None
+    return _product_search(a, b, op, _unlimited(), stop=accepts) is not None
 
 
 def dfa_from_table(
