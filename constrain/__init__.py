@@ -16,7 +16,9 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS = {
+    "ConfigError": "constrain.errors",
     "ConstrainError": "constrain.errors",
+    "ContextLengthError": "constrain.errors",
     "GrammarError": "constrain.errors",
     "InvalidTokenError": "constrain.errors",
     "ModelLoadError": "constrain.errors",

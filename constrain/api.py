@@ -27,7 +27,7 @@ from constrain import decoding
 from constrain.constraints import ConstraintSpec
 from constrain.decoding import Deadline
 from constrain.engine.grammar import Grammar
-from constrain.errors import ConstrainError
+from constrain.errors import ConfigError, ConstrainError, ContextLengthError
 from constrain.models.base import LanguageModel
 from constrain.options import SMC, DecodingConfig
 from constrain.processors import ProcessorStack
@@ -66,7 +66,7 @@ class Generator:
         **options: Any,
     ):
         self.model = model
-        self.config = c = replace(config or DecodingConfig(), **options)
+        self.config = c = _config(config, options)
         if c.token_samples:
             token_sampler(c.sampler)  # a sampler object must have `.sample`
         self.spec = ConstraintSpec(regex, choices, grammar, schema, type, schema_options)
@@ -95,21 +95,37 @@ class Generator:
         """The text of one generation as it is produced (token samplers, speculative or not);
         the stream's `.result` holds the `GenerationResult` once it is exhausted."""
         if not self.config.token_samples:
-            raise ValueError("streaming needs a token sampler ('awrs', 'lcd'), not SMC or ASAp")
+            raise ConfigError("streaming needs a token sampler ('awrs', 'lcd'), not SMC or ASAp")
         return TextStream(self, prompt, seed)
 
     def start(self, prompts: Sequence[Prompt], seed: int | None = None) -> Run:
         """The generations of `prompts`, prefilled and ready to step."""
+        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+            raise ConfigError(
+                f"prompts must be a list of prompts, got {type(prompts).__name__} (one prompt "
+                f"goes in prompt=)"
+            )
         if not self._budget_checked:
             self._budget_checked = True
             self._warn_if_nothing_fits()
         return Run(self, prompts, seed if seed is not None else random.getrandbits(63))
 
     def bound_stack(self, prompt: Prompt) -> BoundStack:
-        """The processor stack bound to a generation for `prompt` (its encoded prompt too)."""
+        """The processor stack bound to a generation for `prompt` (its encoded prompt too).
+
+        Raises:
+            ContextLengthError: the prompt (or a processor's prompt) and `max_tokens` do not
+                fit in the model's context; nothing has run yet.
+        """
         c = self.config
-        ids = self.model.encode_prompt(prompt, chat=c.chat, system=c.system)
-        return BoundStack(self.stack, self.model, ids, prompt, chat=c.chat, system=c.system)
+        encoding = dict(chat=c.chat, system=c.system, special_tokens=c.prompt_special_tokens)
+        ids = self.model.encode_prompt(prompt, **encoding)
+        bound = BoundStack(self.stack, self.model, ids, prompt, **encoding)
+        fits_context(self.model, len(ids), c.max_tokens)
+        for model, term_ids in zip(bound.term_models, bound.term_prompts):
+            if term_ids is not None:
+                fits_context(model, len(term_ids), c.max_tokens, "a processor's prompt")
+        return bound
 
     def _warn_if_nothing_fits(self) -> None:
         """Say before the first generation when the shortest text the automaton finds is
@@ -142,8 +158,9 @@ class Run:
         budget = c.max_tokens if generator.fits_budget else None
         backtracks = c.backtracks if c.token_samples else 0
         self.sequences: list[decoding.Sequence] = []
-        for i, prompt in enumerate(prompts):
-            stack, matcher = generator.bound_stack(prompt), generator.constraint.start(budget)
+        stacks = [generator.bound_stack(prompt) for prompt in prompts]  # all checked, then run
+        for i, stack in enumerate(stacks):
+            matcher = generator.constraint.start(budget)
             first = decoding.Sequence(
                 generator.model, stack, matcher, backtracks=backtracks, group=i
             )
@@ -218,6 +235,44 @@ class Run:
         )
 
 
+def _config(config: DecodingConfig | None, options: Mapping[str, Any]) -> DecodingConfig:
+    """`config` (default: `DecodingConfig()`) with `options` replacing its fields."""
+    if config is not None and not isinstance(config, DecodingConfig):
+        raise ConfigError(f"config must be a cn.DecodingConfig, got {type(config).__name__}")
+    known = {f.name for f in fields(DecodingConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; the constraint "
+            f"options are regex, choices, grammar, schema, type, schema_options, and the "
+            f"decoding options {', '.join(sorted(known))}"
+        )
+    return replace(config or DecodingConfig(), **options)
+
+
+def fits_context(
+    model: LanguageModel, prompt_tokens: int, max_tokens: int, what: str = "the prompt"
+) -> None:
+    """Raise `ContextLengthError` unless `prompt_tokens` and `max_tokens` more fit in the
+    model's context (a model with no `context_length` always fits)."""
+    limit = getattr(model, "context_length", None)
+    if limit is None or prompt_tokens + max_tokens <= limit:
+        return
+    room = limit - prompt_tokens
+    if room > 0:
+        message = (
+            f"{what} has {prompt_tokens} tokens and max_tokens={max_tokens}, "
+            f"{prompt_tokens + max_tokens} in all, but {model.name}'s context holds {limit} "
+            f"tokens: lower max_tokens to at most {room}, or shorten the prompt"
+        )
+    else:
+        message = (
+            f"{what} has {prompt_tokens} tokens but {model.name}'s context holds {limit} "
+            f"(and max_tokens={max_tokens} more were asked for): shorten the prompt"
+        )
+    raise ContextLengthError(message, prompt_tokens, max_tokens, limit)
+
+
 def strategy(
     config: DecodingConfig, generator: torch.Generator, stats: DecodeStats, rng
 ) -> decoding.Strategy:
@@ -275,7 +330,7 @@ def generate(
     `GenerationResult`, or a list for `prompts`.
     """
     if (prompt is None) == (prompts is None):
-        raise ValueError("pass either prompt or prompts=[...]")
+        raise ConfigError("pass either prompt or prompts=[...]")
     generator = Generator(model, **options)
     return generator(prompt, seed=seed) if prompts is None else generator.batch(prompts, seed=seed)
 

@@ -122,7 +122,10 @@ def _schema(text: str | None):
         path = Path(text)
         if not path.is_file():
             raise ConstrainError(f"--schema {text!r}: no such file (or give the schema as JSON)")
-        source, raw = str(path), path.read_text()
+        try:
+            source, raw = str(path), path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConstrainError(f"--schema {text!r}: cannot read the file: {exc}") from exc
     try:
         return json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -258,12 +261,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command; a `ConstrainError` (the user's input or setting is wrong) is reported as
+    one line on stderr with exit status 2, as argparse reports usage errors."""
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (ConstrainError, ValueError) as exc:
-        print(f"constrain: error: {exc}", file=sys.stderr)
+    except ConstrainError as exc:
+        print(f"constrain: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
+
+
+def one_line(message: str) -> str:
+    """`message` on one line: its non-blank lines joined (a grammar error's excerpt and
+    caret included, stripped)."""
+    return " | ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
 if __name__ == "__main__":

@@ -57,3 +57,24 @@ class VocabularyError(ConstrainError, ValueError):
 
 class ModelLoadError(ConstrainError, RuntimeError):
     """A model could not be loaded (missing bundled package, bad path, offline Hub id)."""
+
+
+class ConfigError(ConstrainError, ValueError):
+    """An option or setting is invalid: a decoding option, a processor's parameter, a saved
+    sampler state file. The message names the option (or file) and the value."""
+
+
+class ContextLengthError(ConstrainError, ValueError):
+    """A prompt (with the tokens asked for) does not fit in the model's context window.
+
+    Attributes:
+        prompt_tokens: the prompt's length in tokens.
+        max_tokens: the tokens asked for after it.
+        context_length: the model's context window in tokens.
+    """
+
+    def __init__(self, message: str, prompt_tokens: int, max_tokens: int, context_length: int):
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.context_length = context_length

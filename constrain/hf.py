@@ -21,6 +21,7 @@ import torch
 from constrain.constraints import Constraint
 from constrain.engine.cache import BoundedCache
 from constrain.engine.matcher import TokenMatcher
+from constrain.errors import ConfigError
 from constrain.processors import Processor, ProcessorStack, Step
 
 __all__ = ["LogitsProcessor"]
@@ -37,10 +38,16 @@ class LogitsProcessor:
         processors: our processors to apply around the constraint; those that read an
             auxiliary prompted model (CFG, contrastive, model arithmetic) need their own
             forwards and are refused here: use `cn.generate`.
-        prompt_length: the prompt's length in ``input_ids``; by default the width of the
-            first call's ``input_ids`` (right for ``generate``'s left-padded batches).
+        prompt_length: the prompt's length in ``input_ids``, for every generation; by default
+            the width of ``input_ids`` at the first call of each generation (right for
+            ``generate``'s left-padded batches).
 
-    After a row's EOS, the row may only repeat EOS (``generate`` pads finished rows).
+    One processor serves any number of ``generate`` calls, one after another: a call whose
+    rows do not each extend a row of the generation in progress by one token (as greedy,
+    sampling, beam search and assisted decoding extend them) starts a new generation. (So a
+    new prompt that is exactly a row of the generation just finished plus one token would
+    read as its continuation.) After a row's EOS, the row may only repeat EOS (``generate``
+    pads finished rows).
     """
 
     def __init__(
@@ -52,25 +59,31 @@ class LogitsProcessor:
         self.constraint = constraint
         self.stack = ProcessorStack(processors)
         if self.stack.terms:
-            raise ValueError(
+            raise ConfigError(
                 "processors that read an auxiliary prompted model (CFG, contrastive, model "
                 "arithmetic) cannot run inside transformers' generate: use cn.generate"
             )
         self.prompt_length = prompt_length
+        self._fixed_prompt_length = prompt_length is not None
+        self._seen: set[int] = set()  # hashes of the rows of the generation in progress
         self._matchers: BoundedCache[tuple[int, ...], TokenMatcher] = BoundedCache(_MATCHERS_KEPT)
         self._eos = torch.tensor(constraint.vocab.eos_ids)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self.prompt_length is None:
-            self.prompt_length = input_ids.shape[1]
+        rows = input_ids.tolist()
+        if not all(hash(tuple(ids[:-1])) in self._seen for ids in rows):  # a new generation
+            self._seen.clear()
+            if not self._fixed_prompt_length:
+                self.prompt_length = input_ids.shape[1]
+        self._seen.update(hash(tuple(ids)) for ids in rows)
         if scores.shape[-1] != self.constraint.vocab.size:
-            raise ValueError(
+            raise ConfigError(
                 f"the logits have {scores.shape[-1]} columns but the constraint's vocabulary "
                 f"has {self.constraint.vocab.size}: bind the constraint to this model's vocabulary"
             )
         out = torch.empty_like(scores)
         vocab = self.constraint.vocab
-        for row, ids in enumerate(input_ids.tolist()):
+        for row, ids in enumerate(rows):
             generated = tuple(ids[self.prompt_length :])
             matcher = self._matcher(generated)
             allowed = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)

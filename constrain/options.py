@@ -7,9 +7,12 @@ read it). Nothing here imports torch or a model: options can be built and checke
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
+
+from constrain.errors import ConfigError
 
 __all__ = ["HELP", "RESAMPLING", "SMC", "TOKEN_SAMPLERS", "DecodingConfig", "Speculative"]
 
@@ -51,8 +54,10 @@ class Speculative:
     min_draft_acceptance: float = 0.3
 
     def __post_init__(self):
-        if self.k < 1 or self.branches < 1 or self.lookup < 0:
-            raise ValueError("k and branches must be >= 1, lookup >= 0")
+        for name in ("k", "branches", "lookup"):
+            _require_int(f"Speculative.{name}", getattr(self, name), 0 if name == "lookup" else 1)
+        for name in ("draft_confidence", "min_draft_acceptance"):
+            _require_number(f"Speculative.{name}", getattr(self, name), 0, 1)
 
 
 @dataclass
@@ -74,12 +79,12 @@ class SMC:
     token_sampler: Any = "awrs"  # a name, or a token sampler object (`.sample`)
 
     def __post_init__(self):
-        if self.particles < 1:
-            raise ValueError(f"particles must be >= 1, got {self.particles}")
-        if not 0 <= self.ess_threshold <= 1:
-            raise ValueError(f"ess_threshold must be in [0, 1], got {self.ess_threshold}")
-        if self.resampling not in RESAMPLING:
-            raise ValueError(f"resampling must be one of {RESAMPLING}, got {self.resampling!r}")
+        _require_int("SMC.particles", self.particles, 1)
+        _require_number("SMC.ess_threshold", self.ess_threshold, 0, 1)
+        _require(
+            self.resampling in RESAMPLING,
+            f"SMC.resampling must be one of {RESAMPLING}, got {self.resampling!r}",
+        )
         _require(
             not isinstance(self.token_sampler, str) or self.token_sampler in TOKEN_SAMPLERS,
             f"unknown sampler {self.token_sampler!r}; expected one of {TOKEN_SAMPLERS}",
@@ -103,6 +108,9 @@ HELP = {
     "backtracks": "tokens a generation may undo at dead ends (0: a dead end is an error)",
     "chat": "apply the chat template (default: when the tokenizer has one)",
     "system": "a system message",
+    "prompt_special_tokens": "read special-token text in the prompt (<|im_end|>, <bos>, ...) as "
+    "those tokens, for prompts written in the model's own format (default: prompt and message "
+    "text is plain text; only the chat template adds special tokens)",
 }
 
 
@@ -121,20 +129,55 @@ class DecodingConfig:
     backtracks: int = 32
     chat: bool | None = None
     system: str | None = None
+    prompt_special_tokens: bool = False
 
     def __post_init__(self):
-        name, tokens = type(self.sampler).__name__, self.token_samples
-        truncates = any(p.stage == "truncation" for p in self.processors)
+        name = type(self.sampler).__name__
         _require(
             not isinstance(self.sampler, str) or self.sampler in TOKEN_SAMPLERS,
             f"unknown sampler {self.sampler!r}; expected one of {TOKEN_SAMPLERS}",
         )
-        _require(self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}")
-        _require(
-            self.temperature > 0, f"temperature must be > 0, got {self.temperature}; use greedy"
+        _require(  # an ASAp (decoding layer, not importable here) is known by its `bind`
+            isinstance(self.sampler, (str, SMC))
+            or self.token_samples
+            or callable(getattr(self.sampler, "bind", None)),
+            f"sampler must be one of {TOKEN_SAMPLERS}, a token sampler object (with .sample), "
+            f"cn.SMC(...) or cn.ASAp(), got {self.sampler!r}",
         )
-        _require(self.backtracks >= 0, f"backtracks must be >= 0, got {self.backtracks}")
-        _require((self.timeout or 0) >= 0, f"timeout must be >= 0, got {self.timeout}")
+        _require_int("max_tokens", self.max_tokens, 1)
+        _require_number("temperature", self.temperature, 0, math.inf, open_low=True)
+        _require_int("backtracks", self.backtracks, 0)
+        if self.timeout is not None:
+            _require_number("timeout", self.timeout, 0, math.inf)
+        for flag in ("fit_max_tokens", "greedy", "prompt_special_tokens"):
+            _require(
+                isinstance(getattr(self, flag), bool),
+                f"{flag} must be True or False, got {getattr(self, flag)!r}",
+            )
+        _require(
+            self.chat is None or isinstance(self.chat, bool),
+            f"chat must be True, False or None, got {self.chat!r}",
+        )
+        _require(
+            self.system is None or isinstance(self.system, str),
+            f"system must be a string, got {type(self.system).__name__}",
+        )
+        _require(
+            isinstance(self.processors, Sequence) and not isinstance(self.processors, str),
+            f"processors must be a list of processors, got {type(self.processors).__name__}",
+        )
+        for p in self.processors:
+            _require(
+                hasattr(p, "stage"),
+                f"processors: {p!r} is not a processor (cn.TopK(20), cn.CFG(1.5), ...); wrap "
+                f"a transformers LogitsProcessor in cn.HFProcessor(...)",
+            )
+        _require(
+            self.speculative is None or isinstance(self.speculative, Speculative),
+            f"speculative must be a cn.Speculative(...) or None, got {self.speculative!r}",
+        )
+        tokens = self.token_samples
+        truncates = any(p.stage == "truncation" for p in self.processors)
         _require(
             tokens or self.speculative is None,
             "speculative decoding works with token samplers, not SMC or ASAp",
@@ -160,4 +203,29 @@ DecodingConfig.__doc__ += "\n\n    Attributes:\n" + "".join(
 
 def _require(holds: bool, message: str) -> None:
     if not holds:
-        raise ValueError(message)
+        raise ConfigError(message)
+
+
+def _require_int(name: str, value: Any, least: int) -> None:
+    """`value` is an int (not a bool) >= `least`."""
+    _require(
+        isinstance(value, int) and not isinstance(value, bool) and value >= least,
+        f"{name} must be an integer >= {least}, got {value!r}",
+    )
+
+
+def _require_number(
+    name: str, value: Any, low: float, high: float, *, open_low: bool = False
+) -> None:
+    """`value` is a finite real number (not a bool) in [low, high], or (low, high] with
+    `open_low`."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    inside = number and math.isfinite(value) and low <= value <= high
+    if open_low:
+        inside = inside and value > low
+    if math.isfinite(high):
+        bounds = f"in {'(' if open_low else '['}{low}, {high}]"
+    else:
+        bounds = f"{'>' if open_low else '>='} {low}"
+    hint = "; use greedy=True for the most likely token" if name == "temperature" else ""
+    _require(inside, f"{name} must be a finite number {bounds}, got {value!r}{hint}")

@@ -130,5 +130,73 @@ def test_logits_processor_exports_our_stack(tiny_model):
         processors=[cn.RepetitionPenalty(1.5)],
     )
     assert hf_tokens == ours.tokens
-    with pytest.raises(ValueError, match="auxiliary"):
+    with pytest.raises(cn.ConfigError, match="auxiliary"):
         cn.hf.LogitsProcessor(constraint, [cn.CFG(2.0)])
+
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+def _generate_with(model, processor, prompt: str, max_new_tokens: int) -> tuple[str, bool]:
+    """transformers' own greedy generate for the chat `prompt`: (text, ended by EOS)."""
+    tok, vocab = model.tokenizer, model.vocab
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+    )
+    ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    out = model.hf_model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        logits_processor=[processor],
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        pad_token_id=vocab.eos_ids[0],
+        eos_token_id=list(vocab.eos_ids),
+    )
+    row = out[0, ids.shape[1] :].tolist()
+    tokens = [t for t in row if t not in vocab.eos_ids]
+    return vocab.decode(tokens), len(tokens) < len(row)
+
+
+def _valid(text: str, ended: bool, vocab) -> None:
+    """Complete JSON valid under PERSON if ended, else a prefix a fresh matcher accepts."""
+    if ended:
+        jsonschema.validate(json.loads(text), PERSON)
+    else:
+        cn.Constraint(cn.Grammar.from_json_schema(PERSON), vocab).start().advance_many(
+            vocab.encode(text)
+        )
+
+
+def test_one_logits_processor_serves_several_generate_calls(tiny_model):
+    """Prompts of different lengths, longer then shorter then longer: each call's output
+    is checked on its own (the prompt length is not frozen at the first call)."""
+    constraint = cn.Constraint(cn.Grammar.from_json_schema(PERSON), tiny_model.vocab)
+    processor = cn.hf.LogitsProcessor(constraint)
+    prompts = ["a rather longer prompt that asks for a person", "hi", "one more prompt, long"]
+    for prompt in prompts:
+        text, ended = _generate_with(tiny_model, processor, prompt, 24)
+        assert text.startswith('{"'), (prompt, text)
+        _valid(text, ended, tiny_model.vocab)
+
+
+@pytest.mark.slow
+def test_one_logits_processor_twice_on_the_bundled_model(smollm):
+    constraint = cn.Constraint(cn.Grammar.from_json_schema(PERSON), smollm.vocab)
+    processor = cn.hf.LogitsProcessor(constraint)
+    for prompt in (
+        "Please write one person, with a name and an age, as a JSON object.",
+        "A person as JSON.",
+        "Give me a person, as JSON, with the keys name and age: a short name, an adult age.",
+    ):
+        text, ended = _generate_with(smollm, processor, prompt, 40)
+        assert ended, (prompt, text)
+        jsonschema.validate(json.loads(text), PERSON)

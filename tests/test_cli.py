@@ -117,3 +117,40 @@ def test_help_everywhere(capsys):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 0 and "usage" in capsys.readouterr().out
+
+
+def test_user_errors_are_one_line_and_exit_2(model_dir, capsys, tmp_path):
+    """Each user mistake: exit status 2, one line on stderr naming the problem, no
+    traceback."""
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    cases = [
+        (["--schema", str(tmp_path / "missing.json")], "missing.json"),
+        (["--schema", str(folder)], "a-folder"),
+        (["--schema", '{"type": "object",'], "not JSON"),
+        (["--grammar", "no_such_grammar"], ""),
+        (["--regex", "a", "--temperature", "-1"], "temperature"),
+        (["--regex", "a", "--temperature", "nan"], "temperature"),
+        (["--regex", "a", "--max-tokens", "0"], "max_tokens"),
+    ]
+    for flags, needle in cases:
+        code = main(["generate", "x", "--model", model_dir, *flags])
+        err = capsys.readouterr().err
+        assert code == 2 and needle in err, (flags, err)
+        assert err.count("\n") == 1 and err.startswith("constrain: error: "), (flags, err)
+        assert "Traceback" not in err
+    missing = tmp_path / "no-such-model"
+    for model in (str(missing), f"./{missing.name}/sub"):
+        code = main(["generate", "x", "--model", model, "--regex", "a"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "no model directory at" in err, err
+        assert missing.name in err
+    code = main(["generate", "x", "--model", str(folder), "--regex", "a"])
+    err = capsys.readouterr().err
+    assert code == 2 and "no config.json" in err and str(folder) in err
+
+
+def test_a_prompt_beyond_the_context_is_a_user_error(model_dir, capsys):
+    code = main(["generate", "word " * 600, "--model", model_dir, "--regex", "a", "--no-chat"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "context holds 512" in err, err

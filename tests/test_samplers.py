@@ -9,6 +9,7 @@ next to the assertion together with their expected size from sampling noise.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections import Counter
 
@@ -393,8 +394,75 @@ def test_asap_save_load_and_signature(tmp_path):
     loaded = cn.ASAp.load(path)
     assert loaded.samples == 30 and sorted(loaded.nodes()) == sorted(asap.nodes())
     cn.generate(lm, "", regex=BINARY, sampler=loaded, seed=99)  # continues
-    with pytest.raises(ValueError, match="grammar"):
+    with pytest.raises(cn.ConfigError, match="grammar"):
         cn.generate(lm, "", regex="0+", sampler=loaded)
+
+
+def _trie_file(tmp_path, nodes, **fields):
+    data = {"format": "constrain.asap/1", "signature": None, "samples": 1, "nodes": nodes}
+    path = tmp_path / "crafted.json"
+    path.write_text(json.dumps({**data, **fields}))
+    return path
+
+
+def test_asap_load_refuses_crafted_files(tmp_path):
+    """Whatever a file holds, `load` builds a tree or raises a ConfigError naming the file."""
+    leaf = [-0.5, 0.5, []]
+    crafted = {
+        "a cycle below the root": [
+            [0.0, 1.0, []],
+            [None, 1.0, [[0, -1.0, 2]]],
+            [None, 1.0, [[1, -1.0, 1]]],
+        ],
+        "a self-loop": [[0.0, 1.0, [[0, -1.0, 1]]], [None, 1.0, [[0, -1.0, 1]]]],
+        "the root as a child": [[0.0, 1.0, [[0, -1.0, 0]]]],
+        "a shared child": [[0.0, 1.0, [[0, -1.0, 1], [1, -1.0, 1]]], leaf],
+        "an index out of range": [[0.0, 1.0, [[0, -1.0, 7]]]],
+        "a token twice": [[0.0, 1.0, [[0, -1.0, 1], [0, -1.0, 2]]], leaf, leaf],
+        "a negative token": [[0.0, 1.0, [[-3, -1.0, 1]]], leaf],
+        "a float token": [[0.0, 1.0, [[0.5, -1.0, 1]]], leaf],
+        "theta above 1": [[0.0, 1.5, []]],
+        "theta NaN": [[0.0, float("nan"), []]],
+        "a positive log-probability": [[0.0, 1.0, [[0, 2.0, 1]]], leaf],
+        "a short node": [[0.0, 1.0]],
+        "no nodes": [],
+    }
+    for what, nodes in crafted.items():
+        path = _trie_file(tmp_path, nodes)
+        with pytest.raises(cn.ConfigError, match="crafted.json"):
+            cn.ASAp.load(path)
+            pytest.fail(what)
+    for fields in ({"format": "other"}, {"samples": -1}, {"signature": [1]}, {"nodes": {}}):
+        with pytest.raises(cn.ConfigError, match="crafted.json"):
+            cn.ASAp.load(_trie_file(tmp_path, **{"nodes": [leaf], **fields}))
+    token_past_vocab = _trie_file(
+        tmp_path, [[0.0, 1.0, [[5, -1.0, 1]]], leaf], signature={"vocab_size": 4}
+    )
+    with pytest.raises(cn.ConfigError, match="token 5"):
+        cn.ASAp.load(token_past_vocab)
+    (tmp_path / "text.json").write_text("not json")
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe")
+    for name in ("text.json", "binary.json", "missing.json"):
+        with pytest.raises(cn.ConfigError, match=name):
+            cn.ASAp.load(tmp_path / name)
+    # a well-formed file loads: a root with one child, values kept
+    fine = cn.ASAp.load(_trie_file(tmp_path, [[0.0, 1.0, [[3, -0.25, 1]]], leaf]))
+    assert sorted(fine.nodes()) == [((), 1.0), ((3,), 0.5)]
+
+
+def test_asap_save_is_atomic(tmp_path, monkeypatch):
+    """A save that fails midway leaves the previous file whole."""
+    lm = ToyLM.uniform(["0", "1"], 0.1)
+    asap = cn.ASAp()
+    cn.generate(lm, "", regex=BINARY, sampler=asap, seed=0)
+    path = tmp_path / "trie.json"
+    asap.save(path)
+    before = json.loads(path.read_text())
+    asap.signature = {**asap.signature, "unsavable": object()}
+    with pytest.raises(TypeError):
+        asap.save(path)
+    assert json.loads(path.read_text()) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["trie.json"]
 
 
 # -- with a real tokenizer ---------------------------------------------------------------------------

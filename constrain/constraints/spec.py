@@ -22,7 +22,7 @@ from constrain.constraints.constraint import Constraint
 from constrain.engine.cache import BoundedCache
 from constrain.engine.grammar import Grammar as EngineGrammar
 from constrain.engine.vocab import Vocabulary
-from constrain.errors import ConstrainError, GrammarError
+from constrain.errors import ConfigError, ConstrainError, GrammarError
 from constrain.jsonschema.grammar import Grammar
 from constrain.jsonschema.types import schema_from_type
 from constrain.jsonschema.validation import draft_validator
@@ -89,7 +89,7 @@ class ConstraintSpec:
     def __post_init__(self):
         given = [k for k in _KINDS if getattr(self, k) is not None]
         if len(given) > 1:
-            raise ValueError(
+            raise ConfigError(
                 f"pass at most one constraint, got {', '.join(f'{k}=' for k in given)}"
             )
 

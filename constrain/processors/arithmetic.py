@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from constrain.errors import ConfigError
 from constrain.processors.base import Processor, Step, Term
 
 __all__ = ["Classifier", "Formula", "Intersection", "M", "Union"]
@@ -46,9 +47,9 @@ class Formula(Processor):
         value, norm = self.evaluate(rows, step)
         if isinstance(norm, torch.Tensor):
             if bool((norm == 0).any()):
-                raise ValueError(f"{self!r}: the coefficients of some token's terms sum to 0")
+                raise ConfigError(f"{self!r}: the coefficients of some token's terms sum to 0")
         elif norm == 0:
-            raise ValueError(f"{self!r}: the coefficients of the model terms sum to 0")
+            raise ConfigError(f"{self!r}: the coefficients of the model terms sum to 0")
         return torch.log_softmax(value / norm, dim=-1)
 
     # -- operators ------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from constrain.errors import ConfigError
+
 __all__ = ["STAGES", "Processor", "ProcessorStack", "Step", "Temperature", "Term"]
 
 STAGES = ("control", "temperature", "truncation")
@@ -57,9 +59,18 @@ class Term:
     prefix: str | None = None
     prompt: str | None = None
 
-    def prompt_ids(self, model, user_prompt, *, chat: bool | None, system: str | None) -> list[int]:
+    def prompt_ids(
+        self,
+        model,
+        user_prompt,
+        *,
+        chat: bool | None,
+        system: str | None,
+        special_tokens: bool = False,
+    ) -> list[int]:
         """The token ids of this term's prompt for a generation with `user_prompt` (`model`:
-        the term's model, resolved: a term without one uses the generation's)."""
+        the term's model, resolved: a term without one uses the generation's), encoded as the
+        generation's (`chat`, `system`, `special_tokens`: see `LanguageModel.encode_prompt`)."""
         if self.prompt is not None:
             user = self.prompt
         elif self.prefix is None:
@@ -71,12 +82,7 @@ class Term:
             last = max(i for i, m in enumerate(user) if m.get("role") == "user")
             user[last]["content"] = self.prefix + user[last]["content"]
         system = self.system if self.system is not None else system
-        uses_chat = model.has_chat_template if chat is None else chat
-        if system is not None and not uses_chat:
-            if not isinstance(user, str):
-                raise ValueError("chat messages need a model with a chat template")
-            return model.encode_prompt(f"{system}\n\n{user}", chat=False)
-        return model.encode_prompt(user, chat=chat, system=system)
+        return model.encode_prompt(user, chat=chat, system=system, special_tokens=special_tokens)
 
 
 class Processor:
@@ -101,8 +107,10 @@ class Temperature(Processor):
     stage = "temperature"
 
     def __init__(self, temperature: float):
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}; use greedy=True")
+        if not (isinstance(temperature, (int, float)) and 0 < temperature < math.inf):
+            raise ConfigError(
+                f"temperature must be a finite number > 0, got {temperature!r}; use greedy=True"
+            )
         self.temperature = float(temperature)
 
     def __call__(self, logprobs, term_rows=(), step=None):
@@ -128,7 +136,7 @@ class ProcessorStack:
                     f"cn.HFProcessor(...)"
                 )
             if p.stage not in STAGES:
-                raise ValueError(f"{p!r} has unknown stage {p.stage!r}; expected one of {STAGES}")
+                raise ConfigError(f"{p!r} has unknown stage {p.stage!r}; expected one of {STAGES}")
         chosen = list(processors)
         if temperature != 1.0:
             chosen.append(Temperature(temperature))

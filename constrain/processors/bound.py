@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
+from constrain.errors import ConfigError
 from constrain.processors.base import ProcessorStack, Step
 
 __all__ = ["BoundStack"]
@@ -29,6 +30,7 @@ class BoundStack:
         *,
         chat: bool | None = None,
         system: str | None = None,
+        special_tokens: bool = False,
     ):
         self.stack = stack
         self.model = model
@@ -38,11 +40,13 @@ class BoundStack:
         for term in stack.terms:
             term_model = term.model if term.model is not None else model
             if term_model.vocab.size != model.vocab.size:
-                raise ValueError(
+                raise ConfigError(
                     f"{term_model!r} has {term_model.vocab.size} token ids but the generation's "
                     f"model has {model.vocab.size}: terms must share the tokenizer"
                 )
-            ids = term.prompt_ids(term_model, user_prompt, chat=chat, system=system)
+            ids = term.prompt_ids(
+                term_model, user_prompt, chat=chat, system=system, special_tokens=special_tokens
+            )
             same = term_model is model and tuple(ids) == self.prompt_ids
             self.term_models.append(term_model)
             self.term_prompts.append(None if same else ids)

@@ -17,6 +17,7 @@ import math
 
 import torch
 
+from constrain.errors import ConfigError
 from constrain.processors.base import Processor, Step, Term
 
 __all__ = ["AdaCAD", "CFG", "Contrastive", "USCD"]
@@ -63,7 +64,7 @@ class Contrastive(Processor):
         self, amateur, alpha: float = 0.1, beta: float = 0.5, *, amateur_temperature: float = 1.0
     ):
         if not 0 < alpha <= 1:
-            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+            raise ConfigError(f"alpha must be in (0, 1], got {alpha}")
         self.amateur = amateur
         self.alpha, self.beta = float(alpha), float(beta)
         self.amateur_temperature = float(amateur_temperature)

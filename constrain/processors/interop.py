@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from constrain.errors import ConfigError
 from constrain.processors.base import STAGES, Processor, Step
 
 __all__ = ["HFProcessor"]
@@ -26,7 +27,7 @@ class HFProcessor(Processor):
 
     def __init__(self, processor, stage: str = "control"):
         if stage not in STAGES:
-            raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+            raise ConfigError(f"stage must be one of {STAGES}, got {stage!r}")
         self.processor = processor
         self.stage = stage
 

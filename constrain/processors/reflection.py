@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from constrain.errors import ConfigError
 from constrain.processors.base import Processor, Step
 
 __all__ = ["CyclicReflex", "triangle"]
@@ -48,7 +49,7 @@ class CyclicReflex(Processor):
         end_marker: str = "</think>",
     ):
         if period < 1:
-            raise ValueError(f"period must be >= 1, got {period}")
+            raise ConfigError(f"period must be >= 1, got {period}")
         self.amplitude, self.period = float(amplitude), int(period)
         self.words, self.end_marker = tuple(words), end_marker
         self._ids: dict[int, list[int]] = {}

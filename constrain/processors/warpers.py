@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from constrain.errors import ConfigError
 from constrain.processors.base import Processor, Step, Temperature
 
 __all__ = ["MinP", "RepetitionPenalty", "Temperature", "TopH", "TopK", "TopP", "Typical"]
@@ -29,8 +30,8 @@ class TopK(Processor):
     stage = "truncation"
 
     def __init__(self, k: int):
-        if not (isinstance(k, int) and k >= 1):
-            raise ValueError(f"top-k needs an integer k >= 1, got {k!r}")
+        if not (isinstance(k, int) and not isinstance(k, bool) and k >= 1):
+            raise ConfigError(f"top-k needs an integer k >= 1, got {k!r}")
         self.k = k
 
     def __call__(self, logprobs, term_rows=(), step=None):
@@ -48,8 +49,8 @@ class TopP(Processor):
     stage = "truncation"
 
     def __init__(self, p: float):
-        if not 0 < p <= 1:
-            raise ValueError(f"top-p needs 0 < p <= 1, got {p}")
+        if not (_real(p) and 0 < p <= 1):
+            raise ConfigError(f"top-p needs 0 < p <= 1, got {p}")
         self.p = float(p)
 
     def __call__(self, logprobs, term_rows=(), step=None):
@@ -69,8 +70,8 @@ class MinP(Processor):
     stage = "truncation"
 
     def __init__(self, min_p: float):
-        if not 0 <= min_p <= 1:
-            raise ValueError(f"min-p needs 0 <= min_p <= 1, got {min_p}")
+        if not (_real(min_p) and 0 <= min_p <= 1):
+            raise ConfigError(f"min-p needs 0 <= min_p <= 1, got {min_p}")
         self.min_p = float(min_p)
 
     def __call__(self, logprobs, term_rows=(), step=None):
@@ -88,8 +89,8 @@ class Typical(Processor):
     stage = "truncation"
 
     def __init__(self, mass: float = 0.9):
-        if not 0 < mass < 1:
-            raise ValueError(f"typical sampling needs 0 < mass < 1, got {mass}")
+        if not (_real(mass) and 0 < mass < 1):
+            raise ConfigError(f"typical sampling needs 0 < mass < 1, got {mass}")
         self.mass = float(mass)
 
     def __call__(self, logprobs, term_rows=(), step=None):
@@ -115,8 +116,8 @@ class TopH(Processor):
     _CANDIDATES = 100
 
     def __init__(self, top_h: float = 0.4):
-        if not 0 < top_h <= 1:
-            raise ValueError(f"top-H needs 0 < top_h <= 1, got {top_h}")
+        if not (_real(top_h) and 0 < top_h <= 1):
+            raise ConfigError(f"top-H needs 0 < top_h <= 1, got {top_h}")
         self.top_h = float(top_h)
 
     def __call__(self, logprobs, term_rows=(), step=None):
@@ -144,8 +145,8 @@ class RepetitionPenalty(Processor):
     stage = "control"
 
     def __init__(self, penalty: float = 1.2, *, include_prompt: bool = True):
-        if not penalty > 0:
-            raise ValueError(f"the repetition penalty must be > 0, got {penalty}")
+        if not (_real(penalty) and 0 < penalty < math.inf):
+            raise ConfigError(f"the repetition penalty must be > 0, got {penalty}")
         self.penalty = float(penalty)
         self.include_prompt = include_prompt
 
@@ -162,3 +163,8 @@ class RepetitionPenalty(Processor):
 
     def __repr__(self) -> str:
         return f"RepetitionPenalty({self.penalty})"
+
+
+def _real(value) -> bool:
+    """A real number (not a bool; NaN fails every comparison after this)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

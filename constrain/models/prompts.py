@@ -1,0 +1,142 @@
+"""Prompts to token ids, with the user's text kept as text.
+
+A tokenizer reads special-token text (``<|im_end|>``, ``<start_of_turn>``, ``<bos>``) anywhere
+in its input as the special token itself, so a prompt holding ``<|im_end|>`` would close the
+user's turn and could open another one (a chat-turn injection). Here special tokens come only
+from the chat template's own markup and the tokenizer's BOS: `encode_text` tokenizes plain
+text with special-token text split into ordinary tokens; `encode_chat` renders the template,
+finds where each message's text went (by rendering it again with placeholders) and reads
+special tokens only outside those places. ``special_tokens=True`` restores the tokenizer's
+plain behaviour, for prompts written in the model's own format.
+
+A prompt without special-token text tokenizes exactly as the tokenizer tokenizes the rendered
+template; one with it tokenizes as the same text would with that markup spelled out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from constrain.errors import ConfigError
+
+__all__ = ["encode_chat", "encode_text", "special_ids"]
+
+_PLACEHOLDER = "\ue000{}\ue001"  # private-use characters: text no template or user writes
+_PLACEHOLDERS = re.compile("\ue000(\\d+)\ue001")
+
+
+def special_ids(tokenizer) -> set[int]:
+    """The ids of the tokenizer's special tokens (its named ones and special added tokens)."""
+    ids = set(tokenizer.all_special_ids)
+    decoder = getattr(tokenizer, "added_tokens_decoder", {})
+    ids.update(i for i, token in decoder.items() if getattr(token, "special", False))
+    return ids
+
+
+def encode_text(tokenizer, text: str, *, special_tokens: bool = False) -> list[int]:
+    """Token ids of plain text, with the BOS the tokenizer adds (if any); special-token text in
+    it is text unless `special_tokens`."""
+    ids = list(tokenizer.encode(text, split_special_tokens=not special_tokens))
+    if not ids and tokenizer.bos_token_id is not None:
+        ids = [tokenizer.bos_token_id]
+    return ids
+
+
+def encode_chat(
+    tokenizer, messages: Sequence[Mapping], *, special_tokens: bool = False
+) -> list[int]:
+    """Token ids of `messages` ({"role", "content"}) rendered by the chat template, with the
+    generation prompt; special tokens only where the template writes them unless
+    `special_tokens`.
+
+    Raises:
+        ConfigError: a message is not a {"role", "content"} mapping, the template refuses the
+            messages, or (only when a message holds special-token text) the template rewrites
+            message text beyond trimming it, so its place cannot be found.
+    """
+    for i, m in enumerate(messages):
+        if not (isinstance(m, Mapping) and "role" in m and "content" in m):
+            raise ConfigError(f"message {i} is not a {{'role': ..., 'content': ...}} dict: {m!r}")
+    text = _render(tokenizer, messages)
+    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    if special_tokens or not _holds_special_text(tokenizer, messages):
+        return ids
+    return _encode_outside(tokenizer, text, _content_spans(tokenizer, messages, text))
+
+
+def _render(tokenizer, messages: Sequence[Mapping]) -> str:
+    try:
+        return tokenizer.apply_chat_template(
+            [dict(m) for m in messages], add_generation_prompt=True, tokenize=False
+        )
+    except Exception as exc:  # jinja's TemplateError and whatever the template raises
+        raise ConfigError(f"the chat template refuses these messages: {exc}") from exc
+
+
+def _holds_special_text(tokenizer, messages: Sequence[Mapping]) -> bool:
+    """Whether some message text tokenizes to a special token on its own."""
+    special = special_ids(tokenizer)
+    return any(
+        isinstance(m["content"], str)
+        and not special.isdisjoint(tokenizer.encode(m["content"], add_special_tokens=False))
+        for m in messages
+    )
+
+
+def _content_spans(tokenizer, messages: Sequence[Mapping], text: str) -> list[tuple[int, int]]:
+    """Where the messages' text lies in `text`, the rendered template: found by rendering
+    placeholders instead, then matching the pieces between them (a template may trim)."""
+    marked = [
+        {**m, "content": _PLACEHOLDER.format(i)} if isinstance(m["content"], str) else dict(m)
+        for i, m in enumerate(messages)
+    ]
+    rendered = _render(tokenizer, marked)
+    pieces = _PLACEHOLDERS.split(rendered)  # template, index, template, index, ..., template
+    spans, pos = [], 0
+    for k in range(0, len(pieces) - 1, 2):
+        template, after = pieces[k], pieces[k + 2]
+        if not text.startswith(template, pos):
+            break
+        pos += len(template)
+        content = messages[int(pieces[k + 1])]["content"]
+        fits = [c for c in (content, content.strip()) if text.startswith(c + after[:1], pos)]
+        if not fits:
+            break
+        spans.append((pos, pos + len(fits[0])))
+        pos += len(fits[0])
+    else:
+        if text[pos:] == pieces[-1]:
+            return spans
+    raise ConfigError(
+        "a message holds special-token text, and this chat template rewrites message text "
+        "(beyond trimming it), so it cannot be kept as text; pass prompt_special_tokens=True "
+        "to read it as special tokens, or chat=False"
+    )
+
+
+def _encode_outside(tokenizer, text: str, spans: list[tuple[int, int]]) -> list[int]:
+    """Token ids of `text` with special tokens read only outside `spans`: the text between
+    the template's special tokens is tokenized with special-token text split."""
+    try:
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    except NotImplementedError as exc:  # a slow tokenizer has no offsets
+        raise ConfigError(
+            "keeping special-token text in a message as text needs a fast tokenizer; pass "
+            "prompt_special_tokens=True to read it as special tokens"
+        ) from exc
+    special = special_ids(tokenizer)
+    out: list[int] = []
+    pos = 0
+    for token, (start, end) in zip(encoded["input_ids"], encoded["offset_mapping"]):
+        if token in special and not any(a < end and start < b for a, b in spans):
+            out += _plain(tokenizer, text[pos:start])
+            out.append(token)
+            pos = end
+    return out + _plain(tokenizer, text[pos:])
+
+
+def _plain(tokenizer, text: str) -> list[int]:
+    if not text:
+        return []
+    return list(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
