@@ -39,7 +39,7 @@ $(VENV)/.bench: $(VENV)/.dev
 	touch $@
 
 bench: $(VENV)/.bench
-	$(BIN)/python bench/regex.py
+	$(BIN)/python bench/regexes.py
 	$(BIN)/python bench/grammar.py
 
 # the benchmarks with the bundled model (about 2 hours on 2 cores)

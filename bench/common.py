@@ -82,7 +82,7 @@ def emit(
     results: list[dict], table: str, args: argparse.Namespace, script: str, argv: list[str] | None
 ) -> None:
     """Print the table; write the JSON results and the markdown page (headed by the command that
-    made it, `script` being the benchmark's file, e.g. bench/regex.py) when asked."""
+    made it, `script` being the benchmark's file, e.g. bench/regexes.py) when asked."""
     print(table)
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))

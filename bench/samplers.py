@@ -32,8 +32,7 @@ import time
 import warnings
 from pathlib import Path
 
-# run as a script, bench/ comes first on sys.path, where regex.py would shadow the `regex`
-# package that transformers imports: import from the repository root instead
+# run as a script: import `bench.common` and `constrain` from the repository root
 if __package__ in (None, ""):
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 

@@ -15,7 +15,7 @@ When llguidance or outlines-core are importable, the same regexes and paths are 
 them in the same run (llguidance: `compute_bitmask`, compile = grammar + matcher creation;
 outlines-core: `Index` build, then `write_mask_into`).
 
-Run: ``python bench/regex.py [--tokenizers smollm2-135m-instruct,gemma-3-270m]
+Run: ``python bench/regexes.py [--tokenizers smollm2-135m-instruct,gemma-3-270m]
 [--paths 8] [--out results.json] [--markdown docs/benchmarks/regex.md]``.
 """
 
@@ -25,8 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-# run as a script, bench/ comes first on sys.path, where regex.py would shadow the `regex`
-# package that transformers imports: import from the repository root instead
+# run as a script: import `bench.common` and `constrain` from the repository root
 if __package__ in (None, ""):
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
@@ -240,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
                 row["outlines_core"] = _bench_outlines(pattern, vocab, paths)
             results.append(row)
             print(f"  {label}: done", file=sys.stderr)
-    emit(results, markdown(results), args, "bench/regex.py", argv)
+    emit(results, markdown(results), args, "bench/regexes.py", argv)
 
 
 if __name__ == "__main__":
