@@ -13,8 +13,8 @@ Reading a byte b (`step`): if the lexer can consume b it does (longest match: a 
 ends while it or another allowed lexeme can go on); otherwise the lexeme ends with the tag of
 ``s`` (the lexemes matching there) unless b would continue a keyword's word (`Lexer.can_end`),
 the parser scans it (or skips it when it is ignored and not expected), and b starts the next
-lexeme from the new node's start state. A lexeme may thus end inside a
-token and a token may span several lexemes.
+lexeme from the new node's start state. A lexeme may thus end inside a token and a token may
+span several lexemes.
 
 Liveness. Lexer states are live (some allowed lexeme can complete), nodes only hold
 completable items (rules are productive), so a state is reachable only if the text can still be
