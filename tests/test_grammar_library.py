@@ -188,7 +188,7 @@ CORPUS: dict[str, list[str]] = {
         json.dumps(_NESTED, indent="\t"),
         json.dumps(_NESTED, indent=2).replace("\n", "\r\n"),
         json.dumps(_NESTED, indent=2) + "\n",
-        '  {"padded": true}  \n',
+        '{"line": "ends"}\r\n',
         '{\n  "items": [\n    {"id": 1, "tags": ["a", "b"]},\n    {"id": 2, "tags": []}\n  ]\n}',
         "[[[[[]]]]]",
         '{"k": ""}',
@@ -467,6 +467,8 @@ def test_scoped_case_insensitive_alternatives_in_a_regex():
 # the documented bounds (docs/grammars.md), as oracles
 _LINE_BREAK_RUN = re.compile(r"[ \t]{0,40}(\r?\n[ \t]{0,40})?")  # json, sql
 _SPACE_RUN = re.compile(r"[ \t]{0,40}")  # python_expr, arithmetic
+_AT_THE_END = re.compile(r"(\r?\n)?")  # after a JSON value, an SQL statement
+_NONE = re.compile("")  # before them
 
 
 def _runs(rng: np.random.Generator, n: int) -> list[str]:
@@ -485,13 +487,15 @@ def _runs(rng: np.random.Generator, n: int) -> list[str]:
 _WHITESPACE_SITES = [
     ("json", "[1,{}2]", True, _LINE_BREAK_RUN),
     ("json", '{{"a"{}: {{}}}}', True, _LINE_BREAK_RUN),
-    ("json", "{}-0.9", True, _LINE_BREAK_RUN),
-    ("json", "-0.9{}", True, _LINE_BREAK_RUN),
+    ("json", "{}-0.9", True, _NONE),
+    ("json", "-0.9{}", True, _AT_THE_END),
+    ("json", "[1]{}", True, _AT_THE_END),
     ("sql", "SELECT{}a FROM t", False, _LINE_BREAK_RUN),
     ("sql", "SELECT a{},b FROM t", True, _LINE_BREAK_RUN),
     ("sql", "SELECT a FROM t{};", True, _LINE_BREAK_RUN),
-    ("sql", "{}SELECT a FROM t;", True, _LINE_BREAK_RUN),
-    ("sql", "SELECT a FROM t{}", True, _LINE_BREAK_RUN),
+    ("sql", "{}SELECT a FROM t;", True, _NONE),
+    ("sql", "SELECT a FROM t{}", True, _AT_THE_END),
+    ("sql", "SELECT a FROM t;{}", True, _AT_THE_END),
     ("python_expr", "a{}+ b", True, _SPACE_RUN),
     ("python_expr", "a{}and b", False, _SPACE_RUN),
     ("arithmetic", "1{}+2", True, _SPACE_RUN),
