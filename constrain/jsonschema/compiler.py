@@ -49,7 +49,9 @@ from constrain.jsonschema.validation import DRAFTS, draft_validator, sites_reach
 
 __all__ = ["DRAFTS", "WHITESPACE", "compile_schema", "draft_validator"]
 
-WHITESPACE = {"compact": None, "default": r"[ \n]{1,40}"}
+# "default": the bound of the grammar library's JSON (docs/grammars.md): at most 40 spaces or
+# tabs, then at most one line break and 40 more (indented JSON fits; runs of blank lines do not)
+WHITESPACE = {"compact": None, "default": r"[ \t]{0,40}\r?\n[ \t]{0,40}|[ \t]{1,40}"}
 _ABSENT = Prop(NOTHING)
 _CHUNK = 32  # characters per chunk lexeme of a long string
 _MAX_ANY_ORDER = 10  # named properties per object with any_order=True (2**n member subsets)
@@ -382,8 +384,9 @@ def compile_schema(
     check for what a grammar cannot say (no duplicate keys, `uniqueItems`; None if not needed).
 
     Args:
-        whitespace: "compact" (none), "default" (up to 40 spaces/newlines around punctuation,
-            which admits `json.dumps` output with or without indentation), "pretty" (exactly
+        whitespace: "compact" (none), "default" (around punctuation, at most 40 spaces or tabs,
+            one line break and 40 more: admits `json.dumps` output with or without indentation
+            up to 40 columns deep), "pretty" (exactly
             the layout of ``json.dumps(value, indent=indent)``), or a regex for it.
         any_order: admit object members in any order (default: schema order, then extra keys);
             objects with more than 10 named properties keep schema order (with a warning):

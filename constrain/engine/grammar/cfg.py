@@ -11,9 +11,10 @@ progress and is scanned by the parser (`step_special`), leaving no lexeme in pro
 
 Reading a byte b (`step`): if the lexer can consume b it does (longest match: a lexeme never
 ends while it or another allowed lexeme can go on); otherwise the lexeme ends with the tag of
-``s`` (the lexemes matching there), the parser scans it (or skips it when it is ignored and not
-expected), and b starts the next lexeme from the new node's start state. A lexeme may thus end inside a
-token and a token may span several lexemes.
+``s`` (the lexemes matching there) unless b would continue a keyword's word (`Lexer.can_end`),
+the parser scans it (or skips it when it is ignored and not expected), and b starts the next
+lexeme from the new node's start state. A lexeme may thus end inside a token and a token may
+span several lexemes.
 
 Liveness. Lexer states are live (some allowed lexeme can complete), nodes only hold
 completable items (rules are productive), so a state is reachable only if the text can still be
@@ -113,7 +114,7 @@ class CFGAutomaton:
             t = lexer.row(s)[b]
             if not t:
                 tag = lexer.tag[s]
-                if not tag:
+                if not lexer.can_end[tag, b]:  # nothing ends here, or a keyword inside a word
                     return None
                 node = self._end(node, lexer.tag_sets[tag])
                 if node is None:
@@ -164,7 +165,8 @@ class CFGAutomaton:
         found = set(lexer.live_bytes(self._start(node) if s == _FRESH else s))
         after = self._after_lexeme(state) if s != _FRESH else None
         if after is not None:
-            found.update(lexer.live_bytes(self._start(after)))
+            ends_before = lexer.can_end[lexer.tag[s]]
+            found.update(b for b in lexer.live_bytes(self._start(after)) if ends_before[b])
         return _remember(self._expected, state, sorted(found))
 
     def can_continue(self, state: tuple) -> bool:
@@ -256,10 +258,11 @@ class CFGAutomaton:
             if not len(kids):
                 break
             st = states[owner]
-            nxt = lexer.next_states(st, trie.byte[kids])
+            data = trie.byte[kids]
+            nxt = lexer.next_states(st, data)
             dead = nxt == 0
             tags = lexer.tag[st]
-            ends = dead & (tags != 0)
+            ends = dead & lexer.can_end[tags, data]
             if ends.any():
                 ended_tags.append(tags[ends])
                 ended_nodes.append(kids[ends])

@@ -38,6 +38,9 @@ class Lexeme:
             are kept.
         special: the text of a special token (e.g. ``<|im_end|>``) this terminal stands for; such
             a lexeme matches no bytes, only that token id.
+        keyword_of: for a literal, the regex lexemes it is a keyword of (they match its text
+            too): it wins over them on that text and ends only at a word boundary, where none of
+            them could read on (see `constrain.engine.grammar.keywords`).
     """
 
     name: str
@@ -46,6 +49,7 @@ class Lexeme:
     ignore_case: bool = False  # for ASCII literals: match any case
     priority: int = 0
     special: str | None = None
+    keyword_of: tuple[str, ...] = ()
     automaton: ByteDFA | None = field(default=None, compare=False, repr=False)  # prebuilt DFA
 
     @cached_property

@@ -3,9 +3,10 @@
 lark expands EBNF (``?``, ``*``, ``+``, ``~``, ranges), templates and ``%import`` into plain
 rules and terminal patterns; we translate those. Semantics of the result: the text is split into
 terminals by longest match among the terminals the parser allows at that point (ties broken by
-terminal priority, equal priorities all tried), ``%ignore``d terminals may appear between any two
-terminals, and the terminal sequence must be a sentence of the (any, possibly ambiguous)
-context-free grammar.
+terminal priority, then a keyword over its regex, equal priorities all tried), a keyword (a
+string a regex terminal also matches) ends only at a word boundary, ``%ignore``d terminals may
+appear between any two terminals, and the terminal sequence must be a sentence of the (any,
+possibly ambiguous) context-free grammar.
 
 Regex terminals use our regex layer (docs/regex.md); lark's lazy ``common.ESCAPED_STRING`` and
 ``common.C_COMMENT`` are replaced by exact greedy equivalents. Other lazy quantifiers and regex
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from constrain import datadirs
 from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule
+from constrain.engine.grammar.keywords import mark_keywords
 from constrain.engine.regex import compile_regex, syntax_chars
 from constrain.errors import GrammarError, RegexError
 
@@ -75,12 +77,27 @@ def _case_insensitive(text: str) -> str:
 _SCOPED_IGNORECASE = re.compile(r"\(\?i:((?:\\.|[^()\\\[\]])*)\)")
 
 
+_PIECE = re.compile(r"\\.|.", re.DOTALL)  # an escaped character or one character
+
+
 def _expand_ignorecase(regex: str) -> str:
-    """Rewrite lark's ``(?i:literal)`` groups (from ``"text"i`` strings) into case classes."""
+    """Rewrite ``(?i:...)`` groups of literals (from ``"text"i`` strings, or alternatives of
+    literals as in ``/(?i:select|from)/``) into case classes. A group holding any other regex
+    syntax is left as it is, for the regex layer to report the flag."""
 
     def expand(match: re.Match) -> str:
-        literal = re.sub(r"\\(.)", r"\1", match.group(1))
-        return "(?:" + _case_insensitive(literal) + ")"
+        pieces = _PIECE.findall(match.group(1))
+        if any(p in ".^$*+?{}" or (len(p) == 2 and p[1].isalnum()) for p in pieces):
+            return match.group(0)  # not literals (\d, ., a*, ...)
+        alternatives, current = [], []
+        for p in pieces:
+            if p == "|":
+                alternatives.append(current)
+                current = []
+            else:
+                current.append(p[-1])  # unescaped
+        alternatives.append(current)
+        return "(?:" + "|".join(_case_insensitive("".join(a)) for a in alternatives) + ")"
 
     return _SCOPED_IGNORECASE.sub(expand, regex)
 
@@ -232,7 +249,7 @@ def ir_from_lark(
                     f"pattern; map it to a special token with special_tokens={{{sym.name!r}: '<|...|>'}}"
                 )
         ir_rules.append(Rule(str(rule.origin.name), rhs))
-    return GrammarIR(start, ir_rules, lexemes, list(ignore), source=text)
+    return GrammarIR(start, ir_rules, mark_keywords(lexemes), list(ignore), source=text)
 
 
 def _compiled(lexeme: Lexeme, deadline: float, timeout: float) -> Lexeme:

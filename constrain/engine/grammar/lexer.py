@@ -11,7 +11,9 @@ lexeme (the lexeme DFAs are live).
 
 Longest match: while some lexeme can consume the next byte, the lexer consumes it; a lexeme ends
 only when no allowed lexeme can go on. Each state therefore carries the *tag*: the lexemes that
-end there if the next byte cannot be consumed, filtered to the highest priority among them.
+end there if the next byte cannot be consumed, filtered to the highest priority among them, a
+keyword winning over the regexes it is a keyword of. `can_end` says before which bytes a tag may
+end: a keyword not before a byte that would continue a word (`constrain.engine.grammar.keywords`).
 
 Lazy construction. A JSON Schema grammar allows a distinct set of lexemes at nearly every
 object position (the keys still allowed), and a walk reads a few states of each, so a state's
@@ -24,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from constrain.engine.grammar.ir import Lexeme
+from constrain.engine.grammar.keywords import word_continuations
 from constrain.engine.regex.dfa import joint_byte_classes
 from constrain.errors import GrammarError
 
@@ -41,6 +44,8 @@ class Lexer:
         tag: int32 per state discovered so far: index into `tag_sets` of the lexemes ending
             there (0: none). Read it afresh after stepping: it grows with the states.
         tag_sets: frozensets of lexeme ids; ``tag_sets[0]`` is empty.
+        can_end: bool array (tag, byte): whether the lexemes of a tag end before that byte
+            (never for tag 0; a keyword not before a byte that continues a word).
     """
 
     def __init__(self, table: list[Lexeme]):
@@ -57,6 +62,14 @@ class Lexer:
         self.tag = np.zeros(64, dtype=np.int32)
         self.tag_sets: list[frozenset[int]] = [frozenset()]
         self._tag_of: dict[frozenset[int], int] = {frozenset(): 0}
+        self.can_end = np.zeros((8, 256), dtype=bool)  # rows beyond len(tag_sets) unused
+        ids = {lx.name: i for i, lx in enumerate(table)}
+        # per keyword: the ids of the regexes it is a keyword of (those in the table)
+        self._owners = {
+            i: frozenset(ids[n] for n in lx.keyword_of if n in ids)
+            for i, lx in enumerate(table)
+            if lx.keyword_of
+        }
         self._combos: list[tuple] = [()]  # per state: ((lexeme id, DFA state), ...) alive
         self._index: dict[tuple, int] = {(): 0}
         self._rows: list[list[int] | None] = [None]
@@ -190,12 +203,30 @@ class Lexer:
         if ending:
             best = max(self._table[j].priority for j in ending)
             tags = frozenset(j for j in ending if self._table[j].priority == best)
+            beaten = [self._owners[j] for j in tags if j in self._owners]
+            tags = tags.difference(*beaten)  # a keyword wins over its regexes on its text
             tag = self._tag_of.get(tags)
             if tag is None:
                 tag = self._tag_of[tags] = len(self.tag_sets)
                 self.tag_sets.append(tags)
+                if tag >= len(self.can_end):
+                    grown = np.zeros((2 * tag, 256), dtype=bool)
+                    grown[:tag] = self.can_end
+                    self.can_end = grown
+                self.can_end[tag] = self._ends_before(tags)
             self.tag[state] = tag
         return state
+
+    def _ends_before(self, tags: frozenset[int]) -> np.ndarray:
+        """The bytes before which lexemes `tags` may end: any byte, but for a keyword none its
+        regexes could read after it (it would split a word)."""
+        blocked = np.zeros(256, dtype=bool)
+        for j in tags:
+            owners = self._owners.get(j)
+            if owners:
+                words = [self._table[i].dfa for i in sorted(owners)]
+                blocked |= word_continuations(self._table[j].dfa, words)
+        return ~blocked
 
     def _grow(self, size: int) -> None:
         for name in ("_rows_table", "tag"):

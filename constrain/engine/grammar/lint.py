@@ -1,7 +1,8 @@
 """Compile-time detection of terminals that longest-match lexing can never end.
 
-Under longest match a lexeme ends only at a byte no allowed lexeme can consume. If terminal A is
-always followed by terminals whose first bytes A itself can consume at every point where A could
+Under longest match a lexeme ends only at a byte no allowed lexeme can consume (and a keyword
+only at a word boundary: not before a byte that continues a word). If terminal A is always
+followed by terminals whose first bytes A itself can consume at every point where A could
 end (``NAME NAME`` without a separator: the second NAME's letters extend the first), then once A
 has started the text can never be completed, yet every byte keeps the lexer alive: a sampler
 would run to its token limit. `check_lexeme_ends` rejects such grammars.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from constrain.engine.grammar.ir import GrammarIR, derivable
+from constrain.engine.grammar.keywords import word_continuations
 from constrain.errors import GrammarError
 
 __all__ = ["check_lexeme_ends"]
@@ -98,12 +100,18 @@ def _check_occurrence(ir: GrammarIR, name: str, after: set[str]) -> None:
         return
     if any(ir.lexemes[b].special is not None for b in after):
         return
-    at_ends = lexeme.dfa.transitions[lexeme.dfa.accepting]  # rows where the lexeme could end
-    if all(at_ends[:, _first_bytes(ir.lexemes[b].dfa)].all() for b in after):
+    # per state where the lexeme could end: the bytes that keep it going (for a keyword, also
+    # those that would continue a word of its regexes: it cannot end before them either)
+    goes_on = lexeme.dfa.transitions[lexeme.dfa.accepting] != 0
+    words = [ir.lexemes[n].dfa for n in lexeme.keyword_of if n in ir.lexemes]
+    if words:
+        goes_on |= word_continuations(lexeme.dfa, words)
+    if all(goes_on[:, _first_bytes(ir.lexemes[b].dfa)].all() for b in after):
         nxt = ", ".join(sorted(after))
         raise GrammarError(
             f"terminal {name} can never end: everything that may follow it ({nxt}) starts with a "
-            f"character {name} itself can consume, so longest-match lexing never splits them; add "
+            f"character {name} itself can consume{' (or that continues its word)' if words else ''}, "
+            f"so longest-match lexing never splits them; add "
             f"a separator or an %ignore'd whitespace terminal between them"
         )
 
