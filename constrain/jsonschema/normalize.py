@@ -59,6 +59,7 @@ from constrain.jsonschema.shapes import (
     only,
 )
 from constrain.jsonschema.validation import Validators
+from constrain.jsonschema.wellformed import check_schema_object
 
 __all__ = ["Contents", "InexactSchema", "Normalizer"]
 
@@ -224,6 +225,7 @@ class Normalizer:
             s = {k: v for k, v in s.items() if k not in self.not_keywords}
         if self.legacy and "$ref" in s:  # before 2019-09, $ref replaces its siblings
             return self._ref(s["$ref"], base, scope, "$ref", ptr)
+        check_schema_object(s, ptr, self.draft4)
         site = self.contents.of(s) in self.sites  # alternatives relaxed, value validated
         parts: list[Shape] = [self._own(s, ptr, scope)]
         if "enum" in s:  # enum and const both apply when both are given
@@ -462,7 +464,9 @@ class Normalizer:
         dfa = STRINGS
         if "pattern" in s:
             search = _search(s["pattern"])
-            dfa = algebra.dfa_and(dfa, self._string_dfa(search, "pattern", ptr, dialect="ecma"))
+            dfa = algebra.dfa_and(
+                dfa, self._string_dfa(search, "pattern", ptr, dialect="ecma", given=s["pattern"])
+            )
         fmt = s.get("format")
         if fmt in FORMATS:
             dfa = algebra.dfa_and(dfa, quoted(format_dfa(fmt)))
@@ -485,11 +489,16 @@ class Normalizer:
                 raise UnsupportedSchemaError(str(exc), keyword, ptr) from None
         return dfa
 
-    def _string_dfa(self, pattern: str, keyword: str, ptr: str, dialect="python") -> ByteDFA:
+    def _string_dfa(
+        self, pattern: str, keyword: str, ptr: str, dialect="python", given: str | None = None
+    ) -> ByteDFA:
+        """The quoted strings matching `pattern`; an error names `given`, the user's pattern
+        (`pattern` may be its search form)."""
         try:
             return quoted(self._regex(pattern, dialect=dialect, encoding="json"))
         except RegexError as exc:
-            self.unsupported(f"cannot compile {keyword}: {exc}", keyword, ptr)
+            what = str(exc) if given is None else f"{given!r}: {exc.reason}"
+            self.unsupported(f"cannot compile {keyword} {what}", keyword, ptr)
             return STRINGS
 
     def _array(self, s: Mapping, ptr: str, scope) -> ArrayShape:
