@@ -225,7 +225,7 @@ class Normalizer:
             s = {k: v for k, v in s.items() if k not in self.not_keywords}
         if self.legacy and "$ref" in s:  # before 2019-09, $ref replaces its siblings
             return self._ref(s["$ref"], base, scope, "$ref", ptr)
-        check_schema_object(s, ptr, self.draft4)
+        check_schema_object(s, ptr)
         site = self.contents.of(s) in self.sites  # alternatives relaxed, value validated
         parts: list[Shape] = [self._own(s, ptr, scope)]
         if "enum" in s:  # enum and const both apply when both are given

@@ -136,7 +136,7 @@ def _check_text(text: str, keyword: str | None, pointer: str) -> None:
         ) from None
 
 
-def check_schema_object(s: Mapping, pointer: str, draft4: bool = False) -> None:
+def check_schema_object(s: Mapping, pointer: str) -> None:
     """Raise `SchemaError` (naming keyword and JSON pointer) if a keyword of the schema object
     `s` that the compiler reads has a value of the wrong type. Subschemas are checked when
     they are read (each is a schema object of its own)."""
@@ -147,10 +147,10 @@ def check_schema_object(s: Mapping, pointer: str, draft4: bool = False) -> None:
             )
     for keyword, value in s.items():
         where = f"{pointer}/{_escape(keyword)}"
-        _check_keyword(keyword, value, where, draft4)
+        _check_keyword(keyword, value, where)
 
 
-def _check_keyword(keyword: str, value: Any, where: str, draft4: bool) -> None:
+def _check_keyword(keyword: str, value: Any, where: str) -> None:
     if keyword == "type":
         names = [value] if isinstance(value, str) else value
         if not isinstance(names, list) or not names:
@@ -192,8 +192,7 @@ def _check_keyword(keyword: str, value: Any, where: str, draft4: bool) -> None:
             raise _wrong(keyword, where, "a non-negative integer", value)
     elif keyword in _BOUNDS:
         if keyword.startswith("exclusive") and isinstance(value, bool):
-            if not draft4:
-                raise _wrong(keyword, where, "a number (booleans are draft 4's)", value)
+            pass  # draft 4's style, read with its minimum / maximum in any dialect
         elif not _is_number(value):
             raise _wrong(keyword, where, "a finite number", value)
     elif keyword == "multipleOf":
