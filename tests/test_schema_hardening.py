@@ -8,7 +8,6 @@ Oracles: `json` (what a text means), `jsonschema` (whether a value is valid), en
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 import random
 import time
@@ -122,7 +121,7 @@ def test_unknown_spellings_is_an_error():
 
 _ESCAPED = [
     ({"enum": ["kg/m³", "m/s"]}, ['"kg/m\\u00b3"', '"kg/m\\u00B3"', '"kg\\/m³"', '"\\u006d/s"']),
-    ({"const": "a\"b\n😀"}, ['"a\\u0022b\\u000a\\ud83d\\ude00"', '"a\\"b\\u000A\\uD83D\\uDE00"']),
+    ({"const": 'a"b\n😀'}, ['"a\\u0022b\\u000a\\ud83d\\ude00"', '"a\\"b\\u000A\\uD83D\\uDE00"']),
     (
         {"type": "object", "properties": {"unité": {"type": "string"}}, "required": ["unité"]},
         ['{"unit\\u00e9":"x"}', '{"\\u0075nit\\u00c9":"\\u0078"}'],
@@ -237,14 +236,22 @@ _INVALID = [
     ({"type": "string", "maxLength": "10"}, "maxLength", "/maxLength"),
     ({"type": "integer", "minimum": "5"}, "minimum", "/minimum"),
     ({"type": "object", "properties": [1]}, "properties", "/properties"),
-    ({"properties": {"a": {"items": {"minItems": -1}}}}, "minItems", "/properties/a/items/minItems"),
+    (
+        {"properties": {"a": {"items": {"minItems": -1}}}},
+        "minItems",
+        "/properties/a/items/minItems",
+    ),
     ({"anyOf": "x"}, "anyOf", "/anyOf"),
     ({"allOf": [{"type": "strin"}]}, "type", "/allOf/0/type"),
     ({"type": "array", "uniqueItems": "yes"}, "uniqueItems", "/uniqueItems"),
     ({"enum": "abc"}, "enum", "/enum"),
     ({"dependentRequired": {"a": "b"}}, "dependentRequired", "/dependentRequired/a"),
     ({"$defs": {"x": {"multipleOf": 0}}, "$ref": "#/$defs/x"}, "multipleOf", "/$defs/x/multipleOf"),
-    ({"type": "object", "patternProperties": {"^a": 3}}, "patternProperties", "/patternProperties/^a"),
+    (
+        {"type": "object", "patternProperties": {"^a": 3}},
+        "patternProperties",
+        "/patternProperties/^a",
+    ),
     ({"type": "object", "required": [1]}, "required", "/required/0"),
     ({"type": "string", "minLength": True}, "minLength", "/minLength"),
     ({"exclusiveMaximum": "3"}, "exclusiveMaximum", "/exclusiveMaximum"),
@@ -281,6 +288,14 @@ def test_non_json_schemas_are_schema_errors(schema):
     data (before: `TypeError` from deep inside) are `SchemaError`s."""
     with pytest.raises(SchemaError):
         cn.Grammar.from_json_schema(schema)
+
+
+def test_non_json_schema_through_generate_is_a_schema_error(smollm_vocab):
+    """`ConstraintSpec` (what `generate(schema=...)` builds) used to raise `TypeError` from
+    its cache key for a schema holding a set or a non-string key."""
+    for schema in ({"enum": [{1, 2}]}, {"properties": {1: {}}}, "{not json"):
+        with pytest.raises(SchemaError):
+            ConstraintSpec(schema=schema).constraint(smollm_vocab)
 
 
 def test_a_string_of_choices_is_an_error(smollm_vocab):
@@ -386,6 +401,3 @@ def test_fuzz_mutated_schemas_raise_only_constrain_errors(schema, options):
         pass
     # the limit holds (with room for the last step before a deadline check)
     assert time.monotonic() - start < _COMPILE_LIMIT + 3.0
-
-
-_ = itertools  # (kept for parametrized helpers)
