@@ -120,7 +120,7 @@ class _Emitter:
             name = self.scalar_lexemes[dfa] = f"R{len(self.lexemes)}_{hint}"
             spelled = dfa
             if self.spellings == "all":
-                spelled = every_escape(dfa, in_string)
+                spelled = every_escape(dfa, in_string, self.algebra.time_left)
             elif hint == "scalar":
                 spelled = canonical_numbers(dfa)
             self.lexemes[name] = Lexeme(name, dfa.pattern[:80], automaton=spelled)

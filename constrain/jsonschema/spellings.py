@@ -24,6 +24,7 @@ Numbers with an exponent (``1e2``) are spelled in neither: the number universe h
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 
 import numpy as np
 
@@ -236,13 +237,17 @@ class _Escapes:
         return self.node(("escape", chars), edges)
 
 
-def _boundaries(dfa: ByteDFA, in_string: bool, escapes: _Escapes) -> dict[int, Runs]:
+def _boundaries(
+    dfa: ByteDFA, in_string: bool, escapes: _Escapes, tick: Callable[[], object]
+) -> dict[int, Runs]:
     """The states at a character boundary inside a string, with their characters: found by
     following the text from the start (outside a string, unless `in_string`)."""
     inside: dict[int, Runs] = {}
     outside: set[int] = set()
     todo = [(dfa.start, in_string)]
     while todo:
+        if len(inside) % 256 == 255:
+            tick()
         state, in_str = todo.pop()
         if state == DEAD or (state in inside if in_str else state in outside):
             continue
@@ -262,14 +267,17 @@ def _boundaries(dfa: ByteDFA, in_string: bool, escapes: _Escapes) -> dict[int, R
     return inside
 
 
-def every_escape(dfa: ByteDFA, in_string: bool = False) -> ByteDFA:
+def every_escape(
+    dfa: ByteDFA, in_string: bool = False, tick: Callable[[], object] = lambda: None
+) -> ByteDFA:
     """`dfa` (over values in the canonical encoding, or over string content when
     `in_string`) with every character of every string also spelled as each escape JSON
-    allows. Languages stay exact: each spelling decodes to one character."""
+    allows. Languages stay exact: each spelling decodes to one character. `tick` is called
+    now and then (a compilation's deadline check: it raises to stop)."""
     if dfa.is_empty():
         return dfa
     escapes = _Escapes(dfa)
-    inside = _boundaries(dfa, in_string, escapes)
+    inside = _boundaries(dfa, in_string, escapes, tick)
     if not inside:
         return dfa
     backslash = {state: escapes.escape(chars) for state, chars in inside.items()}
