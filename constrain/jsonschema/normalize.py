@@ -59,7 +59,7 @@ from constrain.jsonschema.shapes import (
     only,
 )
 from constrain.jsonschema.validation import Validators
-from constrain.jsonschema.wellformed import check_schema_object
+from constrain.jsonschema.wellformed import TYPE_NAMES, check_schema_object
 
 __all__ = ["Contents", "InexactSchema", "Normalizer"]
 
@@ -98,7 +98,6 @@ class InexactSchema(Exception):
         self.schema, self.message, self.keyword, self.pointer = schema, message, keyword, pointer
 
 
-_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 _LONG = 256  # longer length bounds stay symbolic (counted in the grammar), unless combined
 _LEGACY = ("draft-04", "draft-06", "draft-07", "draft4", "draft6", "draft7")
 _DRAFT4 = ("draft-04", "draft4")
@@ -404,10 +403,8 @@ class Normalizer:
 
     def _own(self, s: Mapping, ptr: str, scope) -> Shape:
         algebra = self.algebra
-        declared = s.get("type", list(_TYPES))
+        declared = s.get("type", list(TYPE_NAMES))  # well formed (check_schema_object)
         declared = [declared] if isinstance(declared, str) else declared
-        if not isinstance(declared, list) or any(t not in _TYPES for t in declared):
-            raise UnsupportedSchemaError(f"unknown type {declared!r}", "type", ptr)
         scalars = dfa_from_strings([])
         if "null" in declared:
             scalars = algebra.dfa_or(scalars, _LITERALS["null"])
@@ -426,7 +423,7 @@ class Normalizer:
                 scalars = algebra.dfa_or(scalars, strings)
         arrays = [self._array(s, ptr, scope)] if "array" in declared else []
         objects = self._object(s, ptr, scope) if "object" in declared else []
-        if len(declared) == len(_TYPES) and not _TYPE_KEYWORDS.intersection(s):
+        if len(declared) == len(TYPE_NAMES) and not _TYPE_KEYWORDS.intersection(s):
             return ANY
         return only(scalars=scalars, arrays=arrays, objects=objects, text=text)
 

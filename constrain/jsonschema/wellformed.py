@@ -17,7 +17,7 @@ from typing import Any
 
 from constrain.errors import SchemaError
 
-__all__ = ["check_json_value", "check_schema_object", "parse_schema_text"]
+__all__ = ["TYPE_NAMES", "check_json_value", "check_schema_object", "parse_schema_text"]
 
 TYPE_NAMES = ("null", "boolean", "integer", "number", "string", "array", "object")
 
