@@ -385,8 +385,15 @@ class _Emitter:
         if self.spellings != "all":
             return self.literal(key_text(key).decode())
         if key not in self.keys:
-            self.keys[key] = self.dfa_lexeme("key", dfa_from_strings([key_text(key)]))
+            self.keys[key] = self.dfa_lexeme("key", _key_dfa(key))
         return self.keys[key]
+
+
+@lru_cache(maxsize=4096)
+def _key_dfa(key: str) -> ByteDFA:
+    """The one text of a property name, as a DFA (shared, so its escaped spellings are built
+    once: see `every_escape`)."""
+    return dfa_from_strings([key_text(key)])
 
 
 @lru_cache(maxsize=256)

@@ -24,18 +24,26 @@ Numbers with an exponent (``1e2``) are spelled in neither: the number universe h
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Callable
 
 import numpy as np
 
+from constrain.engine.cache import BoundedCache
 from constrain.engine.regex import DEAD, ByteDFA, dfa_from_table
 
 __all__ = ["SPELLINGS", "canonical_numbers", "every_escape"]
 
 SPELLINGS = ("canonical", "all")
+_KEPT = 512  # expanded DFAs kept (see every_escape)
 
 _DOT, _ZERO, _MINUS, _QUOTE, _BACKSLASH = (ord(c) for c in '.0-"\\')
 _SHORT = {0x08: "b", 0x09: "t", 0x0A: "n", 0x0C: "f", 0x0D: "r", 0x22: '"', 0x5C: "\\"}
+# (code point, its escape after the backslash) of the characters JSON requires escaped
+_REQUIRED_ESCAPES = [
+    (cp, (_SHORT[cp] if cp in _SHORT else f"u{cp:04x}").encode())
+    for cp in [*range(0x20), 0x22, 0x5C]
+]
 _HEX = [(ord(str(d)),) for d in range(10)] + [
     (ord(c), ord(c.upper())) for c in "abcdef"
 ]  # the bytes of each hex digit (letters in either case)
@@ -103,9 +111,8 @@ def _merge(runs: list[tuple[int, int, int]]) -> Runs:
 
 def _clip(runs: Runs, lo: int, hi: int, shift: int) -> Runs:
     """The runs within [lo, hi], moved down by `shift`."""
-    starts = [r[1] for r in runs]
     out = []
-    for a, b, t in runs[bisect.bisect_left(starts, lo) :]:
+    for a, b, t in runs[bisect.bisect_left(runs, lo, key=lambda r: r[1]) :]:
         if a > hi:
             break
         out.append((max(a, lo) - shift, min(b, hi) - shift, t))
@@ -157,11 +164,12 @@ class _Escapes:
                     runs.extend(
                         (base + a, base + z, t) for a, z, t in self.continuations(row[b], k)
                     )
-        for cp in [*range(0x20), 0x22, 0x5C]:
-            text = "\\" + _SHORT[cp] if cp in _SHORT else f"\\u{cp:04x}"
-            target = self.dfa.walk(state, text.encode())
-            if target != DEAD:
-                runs.append((cp, cp, target))
+        after = row[_BACKSLASH]
+        if after != DEAD:  # the characters JSON requires escaped
+            for cp, rest in _REQUIRED_ESCAPES:
+                target = self.dfa.walk(after, rest)
+                if target != DEAD:
+                    runs.append((cp, cp, target))
         return _merge(runs)
 
     # -- new states ---------------------------------------------------------------------------
@@ -182,12 +190,21 @@ class _Escapes:
 
         def edges() -> dict[int, int]:
             out = {}
-            for d, spellings in enumerate(_HEX):
-                part = _clip(leaves, d * size, d * size + size - 1, d * size)
-                if not part:
-                    continue
-                target = part[0][2] if level == 3 else self.hex_digits(part, level + 1)
-                for b in spellings:
+            if len(leaves) == 1 and leaves[0][:2] == (0, 16 * size - 1):  # one leaf for all
+                child = leaves[0][2]
+                if level < 3:
+                    child = self.hex_digits(((0, size - 1, child),), level + 1)
+                return {b: child for spellings in _HEX for b in spellings}
+            parts: dict[int, list[tuple[int, int, int]]] = {}  # digit -> its runs, moved down
+            for a, z, t in leaves:
+                for d in range(a // size, z // size + 1):
+                    base = d * size
+                    parts.setdefault(d, []).append(
+                        (max(a, base) - base, min(z, base + size - 1) - base, t)
+                    )
+            for d, part in parts.items():
+                target = part[0][2] if level == 3 else self.hex_digits(tuple(part), level + 1)
+                for b in _HEX[d]:
                     out[b] = target
             return out
 
@@ -267,13 +284,31 @@ def _boundaries(
     return inside
 
 
+_EXPANDED: BoundedCache[tuple[ByteDFA, bool], ByteDFA] = BoundedCache(_KEPT)
+_EXPANDED_LOCK = threading.Lock()
+
+
 def every_escape(
     dfa: ByteDFA, in_string: bool = False, tick: Callable[[], object] = lambda: None
 ) -> ByteDFA:
     """`dfa` (over values in the canonical encoding, or over string content when
     `in_string`) with every character of every string also spelled as each escape JSON
     allows. Languages stay exact: each spelling decodes to one character. `tick` is called
-    now and then (a compilation's deadline check: it raises to stop)."""
+    now and then (a compilation's deadline check: it raises to stop).
+
+    Kept for the DFAs expanded last (by identity: shared DFAs, the string universe, chunks,
+    compiled regexes and key texts, are expanded once for every compilation)."""
+    key = (dfa, in_string)
+    with _EXPANDED_LOCK:
+        found = _EXPANDED.get(key)
+    if found is None:
+        found = _expanded(dfa, in_string, tick)
+        with _EXPANDED_LOCK:
+            _EXPANDED[key] = found
+    return found
+
+
+def _expanded(dfa: ByteDFA, in_string: bool, tick: Callable[[], object]) -> ByteDFA:
     if dfa.is_empty():
         return dfa
     escapes = _Escapes(dfa)
