@@ -47,6 +47,11 @@ class UnsupportedSchemaError(ConstrainError, ValueError):
         self.pointer = pointer
 
 
+class SchemaError(UnsupportedSchemaError):
+    """A JSON Schema is invalid: not JSON, or a keyword whose value has the wrong type (a
+    string where a list is expected, say). `keyword` and `pointer` say where."""
+
+
 class InvalidTokenError(ConstrainError, ValueError):
     """A token was fed to a Matcher that does not keep the output completable."""
 

@@ -74,3 +74,23 @@ def test_maskbench_passes_fails_and_errors(tmp_path):
     table, by_keyword = conformance.maskbench_table(records)
     assert "| Tiny | 3 | 2 | 66.7 | 1 |" in table
     assert "`pattern` 1" in by_keyword
+
+
+def test_harness_checks_every_spelling(tmp_path, smollm_vocab):
+    """The harness compiles with ``spellings="all"``: `1.0` is a valid integer and an escaped
+    string a valid enum member (`jsonschema` says so), though generation writes neither."""
+    root = tmp_path / "tests" / "draft2020-12"
+    (root / "optional" / "format").mkdir(parents=True)
+    groups = [
+        {
+            "description": "spellings",
+            "schema": {"type": "integer"},
+            "tests": [{"description": "1.0", "data": 1.0, "valid": True}],
+        },
+    ]
+    (root / "type.json").write_text(json.dumps(groups))
+    records = conformance.run_test_suite(root, smollm_vocab, {"whitespace": "default"})
+    assert records[0]["passed"], records[0]
+    canonical = {"whitespace": "default", "spellings": "canonical"}
+    records = conformance.run_test_suite(root, smollm_vocab, canonical)
+    assert not records[0]["passed"]

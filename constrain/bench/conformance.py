@@ -30,7 +30,8 @@ keep the other half.
 
 Run: ``python -m constrain.bench.conformance test-suite [--markdown PATH]`` or
 ``python -m constrain.bench.conformance maskbench [--subset S] [--limit N] [--jobs 2]``;
-``--option any_order=true`` (repeatable) passes compiler options; ``--ids FILE`` runs the
+``--option any_order=true`` (repeatable) passes compiler options (``spellings`` is "all"
+unless given: every valid text, not only generation's canonical one); ``--ids FILE`` runs the
 schemas listed as ``Subset/id`` lines.
 """
 
@@ -265,11 +266,15 @@ def instance_text(constraint, value, options: dict, writing: str = "canonical") 
 
 
 def compile_constraint(schema, vocab: cn.Vocabulary, options: dict) -> cn.Constraint | None:
-    """The schema's constraint, or None when its language is empty (nothing is valid)."""
+    """The schema's constraint, or None when its language is empty (nothing is valid).
+
+    Compiled with ``spellings="all"`` unless `options` say otherwise: conformance asks whether
+    a valid text is accepted, and generation's canonical spelling (no ``1.0`` for an integer,
+    no optional escapes) would refuse valid texts by design."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            grammar = cn.Grammar.from_json_schema(schema, **options)
+            grammar = cn.Grammar.from_json_schema(schema, **{"spellings": "all", **options})
         except GrammarError as exc:
             if "empty" in str(exc):
                 return None

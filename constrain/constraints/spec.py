@@ -119,7 +119,10 @@ class ConstraintSpec:
         if self.kind == "grammar":
             return ("grammar", id(grammar))
         if self.kind == "schema":
-            return ("schema", json.dumps(self.schema, sort_keys=True), options)
+            try:
+                return ("schema", json.dumps(self.schema, sort_keys=True), options)
+            except (TypeError, ValueError):  # not JSON data: compiling it says what and where
+                return ("schema", id(self.schema), options)
         if self.kind == "choices":
             return ("choices", tuple(self.choices))
         if self.kind == "type":

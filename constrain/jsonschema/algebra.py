@@ -220,6 +220,7 @@ class ShapeAlgebra:
             jobs, self._deferred = self._deferred, []
             waiting = []
             for inputs, out, parts in jobs:
+                self.time_left()  # a deferred operation may defer others: bounded in time
                 if all(s.filled for s in inputs):
                     out.fill(*parts())
                 else:
@@ -413,6 +414,7 @@ class ShapeAlgebra:
         arrays = self._not_arrays(a)
         objects = [ANY_OBJECT]
         for alt in a.objects:
+            self.time_left()
             objects = [
                 r for x in objects for y in self._not_object(alt) if (r := self._and_objects(x, y))
             ]

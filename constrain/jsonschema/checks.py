@@ -81,11 +81,15 @@ class JsonChecks:
     Args:
         root: the schema's normal form, to find the arrays that must be unique; None when no
             array needs it (only duplicate keys are checked then, without following shapes).
+        validates: some value is validated when complete (check sites).
+        escapes: the grammar admits every escaped spelling of a string (``spellings="all"``),
+            so a repeat may be spelled differently from the text it repeats.
     """
 
-    def __init__(self, root: Shape | None, validates: bool = False):
+    def __init__(self, root: Shape | None, validates: bool = False, escapes: bool = False):
         self.root = root
-        self.validates = validates  # some value is validated when complete (check sites)
+        self.validates = validates
+        self.escapes = escapes
         # (shapes, value text) -> passes; bounded, and the shapes are those of `root`
         self._verdicts: dict[tuple[tuple[Shape, ...], bytes], bool] = {}
         self.start = _State(_VALUE, (), b"", False, ())
@@ -152,14 +156,21 @@ class JsonChecks:
             written = here[1]
         else:
             earlier, written = [], b""
+        if self.escapes and b"\\" in written:
+            return risky  # an escape written: the rest of a repeat may be spelled any way
         rests = tuple(t[len(written) :] for t in earlier if t.startswith(written))
         # a scalar can end at whitespace: where values are validated, that may complete one
-        return ("prefixes", rests, ("exit", _CLOSERS | _WS if self.validates else _CLOSERS))
+        leaving = ("exit", _CLOSERS | _WS if self.validates else _CLOSERS)
+        if self.escapes:  # the rest of a repeat spelled with an escape
+            leaving = ("either", leaving, ("ends", frozenset(b"\\")))
+        return ("prefixes", rests, leaving)
 
     def selects(self, selector, data: bytes) -> bool:
         kind = selector[0]
         if kind == "prefixes":
             return data.startswith(selector[1]) or self.selects(selector[2], data)
+        if kind == "either":
+            return self.selects(selector[1], data) or self.selects(selector[2], data)
         if kind == "exit":  # leaves the string, then ends something or writes another string
             quote = data.find(b'"')
             return quote >= 0 and (
@@ -359,10 +370,13 @@ def _canonical(value):
     return ("z", None)
 
 
-def checks_for(root: Shape) -> JsonChecks | None:
-    """The text check a schema needs: none when no object takes extra keys (named keys never
-    repeat), no array must be unique and no value is validated (check sites); shapes are
-    followed only if some array must be unique or some value validated."""
+def checks_for(root: Shape, free_keys: bool = False, escapes: bool = False) -> JsonChecks | None:
+    """The text check a schema needs: none when no object takes extra keys and `free_keys` is
+    false (named keys never repeat), no array must be unique and no value is validated (check
+    sites); shapes are followed only if some array must be unique or some value validated.
+
+    `free_keys`: the grammar lets some object repeat its named keys (any order beyond the
+    subsets the grammar tracks); `escapes`: strings are admitted in every spelling."""
     unique = extra = checked = False
     seen: set[Shape] = set()
     todo = [root]
@@ -382,6 +396,6 @@ def checks_for(root: Shape) -> JsonChecks | None:
             extra = extra or bool(o.regions)
             todo.extend(p.value for p in o.named.values())
             todo.extend(r.value for r in o.regions)
-    if not unique and not extra and not checked:
+    if not unique and not extra and not checked and not free_keys:
         return None
-    return JsonChecks(root if unique or checked else None, checked)
+    return JsonChecks(root if unique or checked else None, checked, escapes)

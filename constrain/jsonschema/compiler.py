@@ -29,7 +29,7 @@ from constrain.engine.regex import (
     quoted,
     repeat_unit,
 )
-from constrain.errors import UnsupportedSchemaError
+from constrain.errors import GrammarError, UnsupportedSchemaError
 from constrain.jsonschema.algebra import CompileTimeout, ShapeAlgebra
 from constrain.jsonschema.checks import JsonChecks, checks_for
 from constrain.jsonschema.normalize import Contents, InexactSchema, Normalizer
@@ -45,7 +45,9 @@ from constrain.jsonschema.shapes import (
     dfa_strings,
     key_text,
 )
+from constrain.jsonschema.spellings import SPELLINGS, canonical_numbers, every_escape
 from constrain.jsonschema.validation import DRAFTS, draft_validator, sites_reaching
+from constrain.jsonschema.wellformed import check_json_value, parse_schema_text
 
 __all__ = ["DRAFTS", "WHITESPACE", "compile_schema", "draft_validator"]
 
@@ -54,7 +56,7 @@ __all__ = ["DRAFTS", "WHITESPACE", "compile_schema", "draft_validator"]
 WHITESPACE = {"compact": None, "default": r"[ \t]{0,40}\r?\n[ \t]{0,40}|[ \t]{1,40}"}
 _ABSENT = Prop(NOTHING)
 _CHUNK = 32  # characters per chunk lexeme of a long string
-_MAX_ANY_ORDER = 10  # named properties per object with any_order=True (2**n member subsets)
+_MAX_SUBSETS = 10  # with any_order, objects of more named properties count required ones
 _FEW_KEYS = 16  # a region of at most this many keys is compiled as named properties
 _MAX_SITES = 64  # schema objects validated on the value (check sites) per schema
 
@@ -70,8 +72,10 @@ class _Emitter:
         indent: int | None,
         any_order: bool,
         max_rules: int,
+        spellings: str = "canonical",
     ):
         self.algebra = algebra
+        self.spellings = spellings
         self.ws = whitespace
         self.indent = indent  # pretty printing: exact json.dumps(indent=...) layout
         self.any_order = any_order
@@ -81,8 +85,9 @@ class _Emitter:
         self.lexemes: dict[str, Lexeme] = {}
         self.names: dict[tuple, str] = {}  # (shape, depth) or ("text", lengths) -> nonterminal
         self.scalar_lexemes: dict[ByteDFA, str] = {}  # by identity (the lexeme holds the DFA)
+        self.keys: dict[str, str] = {}  # property name -> its lexeme
         self.defined: set[str] = set()
-        self.notes: list[str] = []  # narrowings worth a warning
+        self.free_keys = False  # some object's named keys may repeat in the grammar
 
     def close(self, states) -> None:
         """Give the states of a machine that have no way out a rule that derives nothing."""
@@ -109,11 +114,18 @@ class _Emitter:
             self.lexemes[name] = Lexeme(name, text, literal=True)
         return name
 
-    def dfa_lexeme(self, hint: str, dfa: ByteDFA) -> str:
+    def dfa_lexeme(self, hint: str, dfa: ByteDFA, in_string: bool = False) -> str:
+        """The lexeme of `dfa`'s texts (values or keys; string content when `in_string`),
+        spelled as the `spellings` option says (see `constrain.jsonschema.spellings`)."""
         name = self.scalar_lexemes.get(dfa)
         if name is None:
             name = self.scalar_lexemes[dfa] = f"R{len(self.lexemes)}_{hint}"
-            self.lexemes[name] = Lexeme(name, dfa.pattern[:80], automaton=dfa)
+            spelled = dfa
+            if self.spellings == "all":
+                spelled = every_escape(dfa, in_string, self.algebra.time_left)
+            elif hint == "scalar":
+                spelled = canonical_numbers(dfa)
+            self.lexemes[name] = Lexeme(name, dfa.pattern[:80], automaton=spelled)
         return name
 
     def nothing(self) -> str:
@@ -159,6 +171,7 @@ class _Emitter:
         if name is not None:
             return name
         name = self.names[key] = f"v{len(self.names)}"
+        self.algebra.time_left()  # raises CompileTimeout past the compilation's deadline
         if depth > self.max_depth:
             self.add(name, (self.nothing(),))
             return name
@@ -192,20 +205,21 @@ class _Emitter:
         if key in self.names:
             return self.names[key]
         name = self.names[key] = f"text{len(self.names)}"
-        chunk = self.dfa_lexeme("chunk", _chunk_dfa(_CHUNK, _CHUNK, ""))
+        chunk = self.dfa_lexeme("chunk", _chunk_dfa(_CHUNK, _CHUNK, ""), in_string=True)
         low, high = lengths.low, lengths.high
         last = low // _CHUNK + 1 if high is None else high // _CHUNK
         for n in range(last + 1):
             here = f"{name}_{n}"
             if high is None and n == last:  # any number of further chunks, then any tail
                 more = repeat(self.rules, f"{name}_more", (chunk,), 0, None)
-                tail = self.dfa_lexeme("tail", _chunk_dfa(0, _CHUNK - 1, '"'))
+                tail = self.dfa_lexeme("tail", _chunk_dfa(0, _CHUNK - 1, '"'), in_string=True)
                 self.add(here, (more, tail))
                 break
             tail_low = max(0, low - n * _CHUNK)
             tail_high = min(_CHUNK - 1, high - n * _CHUNK) if high is not None else _CHUNK - 1
             if tail_low <= tail_high:
-                self.add(here, (self.dfa_lexeme("tail", _chunk_dfa(tail_low, tail_high, '"')),))
+                tail_dfa = _chunk_dfa(tail_low, tail_high, '"')
+                self.add(here, (self.dfa_lexeme("tail", tail_dfa, in_string=True),))
             if n < last:
                 self.add(here, (chunk, f"{name}_{n + 1}"))
         self.close(f"{name}_{n}" for n in range(last + 1))
@@ -265,22 +279,24 @@ class _Emitter:
         of `propertyNames`, say) becomes named optional properties: named keys are written
         at most once by the grammar itself, while a region's repeats are only refused by the
         text check, too late to avoid the dead end after the last new key's comma."""
-        named, regions, n_named = dict(o.named), [], len(o.named)
+        named, regions = dict(o.named), []
         for region in o.regions:
-            room = _FEW_KEYS if not self.any_order else _MAX_ANY_ORDER - n_named
-            texts = None
-            if room > 0:
-                texts = dfa_strings(self.algebra.key_set_dfa(region.keys), room)
+            texts = dfa_strings(self.algebra.key_set_dfa(region.keys), _FEW_KEYS)
             if texts is None:
                 regions.append(region)
                 continue
             for text in sorted(texts):
                 named[json.loads(text)] = Prop(region.value, region.evaluated)
-            n_named += len(texts)
         return named, regions
 
     def object(self, o: ObjectShape, depth: int) -> str:
-        """Objects as a machine over (members written, property count, nothing written yet)."""
+        """Objects as a machine over (members written, property count, nothing written yet).
+
+        Members written are an index in schema order; with `any_order`, the set written (a
+        bitmask: exact, no dead ends) for at most `_MAX_SUBSETS` named properties, and beyond
+        that the number of *required* ones written: any member may come next, the text check
+        refuses a repeated key, so that count reaches the number required exactly when every
+        required key is present."""
         name = self.fresh("obj")
         if any(o.named.get(k, _ABSENT).value is NOTHING for k in o.required):
             self.add(name, (self.nothing(),))  # a required key that may not appear
@@ -298,9 +314,16 @@ class _Emitter:
         counting = o.min_props > 0 or o.max_props is not None
         cap = o.max_props if o.max_props is not None else o.min_props
         required = {i for i, (k, _) in enumerate(members) if k in o.required}
-        any_order = self.any_order and len(members) <= _MAX_ANY_ORDER
-        if self.any_order and not any_order:  # exact any order needs 2**n states: narrower
-            self.notes.append(f"an object with {len(members)} properties keeps schema order")
+        subsets = self.any_order and len(members) <= _MAX_SUBSETS
+        counted = self.any_order and not subsets  # named keys may repeat in the grammar
+        self.free_keys = self.free_keys or counted
+        some = {}  # with `counted`: a nonterminal for any required / any optional member
+        if counted:
+            for kind, chosen in (("req", required), ("opt", set(range(len(pairs))) - required)):
+                if chosen:
+                    some[kind] = f"{name}_{kind}"
+                    for i in sorted(chosen):
+                        self.add(some[kind], pairs[i])
 
         def bump(c: int) -> int | None:
             if not counting:
@@ -309,8 +332,8 @@ class _Emitter:
                 return c + 1 if c + 1 <= o.max_props else None
             return min(c + 1, cap)
 
-        # a state: (members done: index in schema order, or a bitmask with any_order; count;
-        # whether something was written)
+        # a state: (members done: index in schema order, a bitmask or a count of required
+        # ones; property count; whether something was written)
         start = (0, 0, False)
         states = {start: f"{name}_s"}
         todo = [start]
@@ -325,21 +348,29 @@ class _Emitter:
             done, c, wrote = state = todo.pop()
             here = states[state]
             lead = comma if wrote else ()
-            if any_order:
+            nc = bump(c)
+            at_extras = True
+            if counted:
+                finished = done == len(required)
+                if nc is not None:
+                    if not finished and "req" in some:
+                        self.add(here, (*lead, some["req"], goto((done + 1, nc, True))))
+                    if "opt" in some:
+                        self.add(here, (*lead, some["opt"], goto((done, nc, True))))
+            elif subsets:
                 finished = all(done >> i & 1 for i in required)
                 for i, pair in enumerate(pairs):
-                    if not done >> i & 1 and (nc := bump(c)) is not None:
+                    if not done >> i & 1 and nc is not None:
                         self.add(here, (*lead, *pair, goto((done | 1 << i, nc, True))))
-                at_extras = True
             else:
                 finished = done == len(pairs)
                 at_extras = finished
                 if not finished:
-                    if (nc := bump(c)) is not None:
+                    if nc is not None:
                         self.add(here, (*lead, *pairs[done], goto((done + 1, nc, True))))
                     if done not in required:
                         self.add(here, (goto((done + 1, c, wrote)),))
-            if at_extras and extra is not None and (nc := bump(c)) is not None:
+            if at_extras and extra is not None and nc is not None:
                 self.add(here, (*lead, extra, goto((done, nc, True))))
             if finished and wrote and (not counting or c >= o.min_props):
                 self.add(here, ())
@@ -352,8 +383,19 @@ class _Emitter:
         return name
 
     def key_lexeme(self, key: str) -> str:
-        text = key_text(key).decode()
-        return self.literal(text)
+        """A property name: its one text, or every spelling of it (``spellings="all"``)."""
+        if self.spellings != "all":
+            return self.literal(key_text(key).decode())
+        if key not in self.keys:
+            self.keys[key] = self.dfa_lexeme("key", _key_dfa(key))
+        return self.keys[key]
+
+
+@lru_cache(maxsize=4096)
+def _key_dfa(key: str) -> ByteDFA:
+    """The one text of a property name, as a DFA (shared, so its escaped spellings are built
+    once: see `every_escape`)."""
+    return dfa_from_strings([key_text(key)])
 
 
 @lru_cache(maxsize=256)
@@ -379,6 +421,7 @@ def compile_schema(
     draft: str | None = None,
     max_rules: int = 100_000,
     timeout: float = 10.0,
+    spellings: str = "canonical",
 ) -> tuple[GrammarIR, JsonChecks | None]:
     """Compile a JSON Schema (a dict, a bool or JSON text) to the grammar IR, and the text
     check for what a grammar cannot say (no duplicate keys, `uniqueItems`; None if not needed).
@@ -389,28 +432,35 @@ def compile_schema(
             up to 40 columns deep), "pretty" (exactly
             the layout of ``json.dumps(value, indent=indent)``), or a regex for it.
         any_order: admit object members in any order (default: schema order, then extra keys);
-            objects with more than 10 named properties keep schema order (with a warning):
-            exact free order needs a state per subset of properties.
+            any number of properties; `required` is enforced and no key repeats.
         lenient: drop what cannot be expressed (with a warning listing it) instead of raising.
         draft: the dialect to read the schema in ("2020-12", "2019-09", "draft-07",
             "draft-06", "draft-04"), overriding its ``$schema`` (default: as it declares,
             else 2020-12).
         max_rules: limit on the size of the grammar.
         timeout: limit on the compilation, in seconds.
+        spellings: "canonical" (generation: every value in its one canonical text, integers
+            without a fraction) or "all" (validation: every spelling JSON allows, escapes in
+            strings and keys included); see `constrain.jsonschema.spellings`.
 
     Raises:
         UnsupportedSchemaError: a keyword that cannot be expressed exactly (named, with its
             JSON pointer), in strict mode; or the compilation took longer than `timeout`.
     """
     if isinstance(schema, str):
-        schema = json.loads(schema)
+        schema = parse_schema_text(schema)
+    check_json_value(schema, None, "")  # JSON data throughout (no sets, NaN, tuples ...)
     if draft is not None and draft_validator(draft) is None:
-        raise ValueError(f"unknown draft {draft!r}: one of {', '.join(DRAFTS)}")
+        raise GrammarError(f"unknown draft {draft!r}: one of {', '.join(DRAFTS)}")
+    if spellings not in SPELLINGS:
+        raise GrammarError(f"unknown spellings {spellings!r}: one of {', '.join(SPELLINGS)}")
     pretty = whitespace == "pretty"
     ws = None if pretty else WHITESPACE.get(whitespace, whitespace)
     try:
         normalizer, root = _normalized(schema, lenient, draft, time.monotonic() + timeout)
-        emitter = _Emitter(normalizer.algebra, ws, indent if pretty else None, any_order, max_rules)
+        emitter = _Emitter(
+            normalizer.algebra, ws, indent if pretty else None, any_order, max_rules, spellings
+        )
         start = emitter.value(root, 0)
     except ShapeUnsupported as exc:
         raise UnsupportedSchemaError(str(exc), None, "") from None
@@ -421,18 +471,12 @@ def compile_schema(
             "",
         ) from None
     emitter.add("start", (start,))
-    if emitter.notes:
-        warnings.warn(
-            f"any_order: at most {_MAX_ANY_ORDER} properties per object are ordered freely; "
-            + "; ".join(sorted(set(emitter.notes))),
-            stacklevel=2,
-        )
     if normalizer.dropped:
         warnings.warn(
             "lenient JSON Schema compile dropped: " + "; ".join(normalizer.dropped), stacklevel=2
         )
     ir = GrammarIR("start", emitter.rules, emitter.lexemes, [], source=json.dumps(schema)[:200])
-    return ir, checks_for(root)
+    return ir, checks_for(root, emitter.free_keys, escapes=spellings == "all")
 
 
 def _normalized(

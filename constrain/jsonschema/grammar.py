@@ -29,12 +29,17 @@ class Grammar(EngineGrammar):
         lenient: bool = False,
         draft: str | None = None,
         timeout: float = 10.0,
+        spellings: str = "canonical",
     ) -> Grammar:
         """The JSON documents valid under `schema` (a dict, a bool or JSON text).
 
-        Strings are written in one encoding: characters raw (UTF-8), escapes only where JSON
-        requires them (``\\"``, ``\\\\``, control characters), as ``json.dumps(...,
-        ensure_ascii=False)`` writes them. Numbers are written without an exponent.
+        By default (``spellings="canonical"``, for generation) every value has one text:
+        strings in one encoding (characters raw, escapes only where JSON requires them, as
+        ``json.dumps(..., ensure_ascii=False)`` writes them), numbers without an exponent,
+        integers without a fraction and never ``-0`` (so ``json.loads`` gives an ``int``
+        where the schema says ``integer``). ``spellings="all"`` admits every text JSON
+        allows for the same values (``1972.0``, ``"\\u00e9"``, ``"\\/"``), for checking
+        given text; numbers with an exponent are admitted in neither.
 
         Args:
             whitespace: "compact", "default" (bounded, admits `json.dumps` output), "pretty"
@@ -44,8 +49,11 @@ class Grammar(EngineGrammar):
             draft: read the schema in this dialect ("2020-12", "2019-09", "draft-07",
                 "draft-06", "draft-04") whatever its ``$schema`` says.
             timeout: limit on the compilation, in seconds.
+            spellings: "canonical" (generation) or "all" (validation), as above.
 
         Raises:
+            SchemaError: an invalid schema: not JSON, or a keyword whose value has the wrong
+                type, named with its JSON pointer.
             UnsupportedSchemaError: a keyword that cannot be expressed exactly, named with its
                 JSON pointer (strict mode), or the compilation took longer than `timeout`.
         """
@@ -57,6 +65,7 @@ class Grammar(EngineGrammar):
             lenient=lenient,
             draft=draft,
             timeout=timeout,
+            spellings=spellings,
         )
         # JSON separates every value by punctuation, and a string chunk is a fixed length:
         # no lexeme can be trapped by longest match, so the lint is skipped

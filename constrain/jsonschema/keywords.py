@@ -21,7 +21,9 @@ SPEC_FORMATS = frozenset(
 
 # keyword -> (status, how / limits); status: "exact", "partial" or "no"
 KEYWORDS: dict[str, tuple[str, str]] = {
-    "type": ("exact", "string or array of types; `integer` admits `1.0` (not under draft 4, as its `$schema` says)"),
+    "type": ("exact", "string or array of types; an `integer` is written `1`, never `1.0` or "
+             "`-0` (with `spellings=\"all\"` `1.0` is admitted too, except under draft 4, as its "
+             "`$schema` says)"),
     "enum": ("exact", "any JSON values; numbers compared by value (`1` matches `1.0`)"),
     "const": ("exact", "any JSON value"),
     "$ref": ("exact", "JSON pointers, `$anchor`s and `$id`-relative URIs inside the document; "
@@ -45,8 +47,9 @@ KEYWORDS: dict[str, tuple[str, str]] = {
                       "null and booleans stay exact) and its value validated with `jsonschema` "
                       "when complete: a token completing an invalid value is refused; no "
                       "lookahead: dead ends are backtracked by `generate`"),
-    "properties": ("exact", "output in schema order (any order with `any_order=True`); no "
-                   "object repeats a key (extra keys are checked on the text)"),
+    "properties": ("exact", "output in schema order (any order with `any_order=True`, for "
+                   "any number of properties); no object repeats a key (checked on the text "
+                   "where the grammar alone does not prevent it)"),
     "required": ("exact", ""),
     "additionalProperties": ("exact", "extra keys exclude declared names and patterns exactly"),
     "patternProperties": ("exact", "overlapping patterns split into disjoint key regions"),
@@ -72,7 +75,8 @@ KEYWORDS: dict[str, tuple[str, str]] = {
                               "bounds counted in the grammar in 32-character chunks"),
     "pattern": ("exact", "ECMA-262 search semantics (Unicode `\\s`, `\\S` also inside a "
                 "class), intersected with length and format; lookaheads (not nested); no "
-                "lookbehinds, backreferences or `\\S` in a negated class"),
+                "lookbehinds, backreferences, word boundaries (`\\b`, `\\B`; `[\\b]` is a "
+                "backspace) or `\\S` in a negated class: each is an error"),
     "format": ("partial", "every format of the specification is enforced, exact or narrower "
                "(see below); unknown names are annotations"),
     "minimum / maximum / exclusiveMinimum / exclusiveMaximum": ("exact", "decimal bounds, both "

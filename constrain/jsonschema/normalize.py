@@ -59,6 +59,7 @@ from constrain.jsonschema.shapes import (
     only,
 )
 from constrain.jsonschema.validation import Validators
+from constrain.jsonschema.wellformed import TYPE_NAMES, check_schema_object
 
 __all__ = ["Contents", "InexactSchema", "Normalizer"]
 
@@ -97,7 +98,6 @@ class InexactSchema(Exception):
         self.schema, self.message, self.keyword, self.pointer = schema, message, keyword, pointer
 
 
-_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 _LONG = 256  # longer length bounds stay symbolic (counted in the grammar), unless combined
 _LEGACY = ("draft-04", "draft-06", "draft-07", "draft4", "draft6", "draft7")
 _DRAFT4 = ("draft-04", "draft4")
@@ -224,6 +224,7 @@ class Normalizer:
             s = {k: v for k, v in s.items() if k not in self.not_keywords}
         if self.legacy and "$ref" in s:  # before 2019-09, $ref replaces its siblings
             return self._ref(s["$ref"], base, scope, "$ref", ptr)
+        check_schema_object(s, ptr)
         site = self.contents.of(s) in self.sites  # alternatives relaxed, value validated
         parts: list[Shape] = [self._own(s, ptr, scope)]
         if "enum" in s:  # enum and const both apply when both are given
@@ -402,10 +403,8 @@ class Normalizer:
 
     def _own(self, s: Mapping, ptr: str, scope) -> Shape:
         algebra = self.algebra
-        declared = s.get("type", list(_TYPES))
+        declared = s.get("type", list(TYPE_NAMES))  # well formed (check_schema_object)
         declared = [declared] if isinstance(declared, str) else declared
-        if not isinstance(declared, list) or any(t not in _TYPES for t in declared):
-            raise UnsupportedSchemaError(f"unknown type {declared!r}", "type", ptr)
         scalars = dfa_from_strings([])
         if "null" in declared:
             scalars = algebra.dfa_or(scalars, _LITERALS["null"])
@@ -424,7 +423,7 @@ class Normalizer:
                 scalars = algebra.dfa_or(scalars, strings)
         arrays = [self._array(s, ptr, scope)] if "array" in declared else []
         objects = self._object(s, ptr, scope) if "object" in declared else []
-        if len(declared) == len(_TYPES) and not _TYPE_KEYWORDS.intersection(s):
+        if len(declared) == len(TYPE_NAMES) and not _TYPE_KEYWORDS.intersection(s):
             return ANY
         return only(scalars=scalars, arrays=arrays, objects=objects, text=text)
 
@@ -462,7 +461,9 @@ class Normalizer:
         dfa = STRINGS
         if "pattern" in s:
             search = _search(s["pattern"])
-            dfa = algebra.dfa_and(dfa, self._string_dfa(search, "pattern", ptr, dialect="ecma"))
+            dfa = algebra.dfa_and(
+                dfa, self._string_dfa(search, "pattern", ptr, dialect="ecma", given=s["pattern"])
+            )
         fmt = s.get("format")
         if fmt in FORMATS:
             dfa = algebra.dfa_and(dfa, quoted(format_dfa(fmt)))
@@ -485,11 +486,16 @@ class Normalizer:
                 raise UnsupportedSchemaError(str(exc), keyword, ptr) from None
         return dfa
 
-    def _string_dfa(self, pattern: str, keyword: str, ptr: str, dialect="python") -> ByteDFA:
+    def _string_dfa(
+        self, pattern: str, keyword: str, ptr: str, dialect="python", given: str | None = None
+    ) -> ByteDFA:
+        """The quoted strings matching `pattern`; an error names `given`, the user's pattern
+        (`pattern` may be its search form)."""
         try:
             return quoted(self._regex(pattern, dialect=dialect, encoding="json"))
         except RegexError as exc:
-            self.unsupported(f"cannot compile {keyword}: {exc}", keyword, ptr)
+            what = str(exc) if given is None else f"{given!r}: {exc.reason}"
+            self.unsupported(f"cannot compile {keyword} {what}", keyword, ptr)
             return STRINGS
 
     def _array(self, s: Mapping, ptr: str, scope) -> ArrayShape:

@@ -51,7 +51,13 @@ class Grammar:
 
     @classmethod
     def from_choices(cls, choices: Iterable[str | bytes]) -> Grammar:
-        """Exactly one of `choices` (a finite set of strings)."""
+        """Exactly one of `choices` (a finite set of strings). One string is not a list of
+        choices (it would be read as its characters): pass ``[text]``."""
+        if isinstance(choices, (str, bytes)):
+            raise GrammarError(
+                f"choices must be a list of strings, not one string ({choices!r:.60}): "
+                f"pass [{choices!r:.60}] for that one choice"
+            )
         items = list(choices)
         if not items:
             raise GrammarError("from_choices needs at least one choice")

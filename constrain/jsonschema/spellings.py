@@ -1,0 +1,329 @@
+"""How JSON values are spelled: the one canonical text generation writes, or every text.
+
+A JSON value has many texts: ``1972`` is also ``1972.0`` and ``1972.00``, ``"é"`` is also
+``"\\u00e9"`` and ``"\\u00E9"``, ``"/"`` is also ``"\\/"``. The shape algebra works in one
+universe (numbers without exponent, every fraction and sign of zero; strings in one encoding,
+as ``json.dumps(..., ensure_ascii=False)`` writes them), exact under intersection and
+complement. The emitter then spells each value lexeme in one of two ways (`SPELLINGS`):
+
+* ``"canonical"`` (generation): a number never has a fraction that can only be zeros (an
+  integer is written ``1972``, never ``1972.0``, so ``json.loads`` gives an `int`), and an
+  integer is never ``-0``. `canonical_numbers` removes exactly those texts from a value DFA:
+  the decimal point after a number text from which only zeros may follow, and ``-0`` as a
+  whole number (``-0.5`` stays). A fraction that may hold other digits stays open (a `number` may be written ``2.50``), so a model is never led
+  into a fraction it cannot end. Strings keep their one encoding.
+* ``"all"`` (validation): every character of a string (key, value, `enum` or `const`) may
+  also be written as any escape JSON allows (``\\uXXXX`` in either case, surrogate pairs
+  above U+FFFF, the short escapes, ``\\/``). `every_escape` adds those paths to a DFA: each
+  state at a character boundary inside a string gets a backslash subtree leading, for every
+  escaped spelling of a character, where the character's own text leads.
+
+Numbers with an exponent (``1e2``) are spelled in neither: the number universe has none.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from constrain.engine.cache import BoundedCache
+from constrain.engine.regex import DEAD, ByteDFA, dfa_from_table
+
+__all__ = ["SPELLINGS", "canonical_numbers", "every_escape"]
+
+SPELLINGS = ("canonical", "all")
+_KEPT = 512  # expanded DFAs kept (see every_escape)
+
+_DOT, _ZERO, _MINUS, _QUOTE, _BACKSLASH = (ord(c) for c in '.0-"\\')
+_SHORT = {0x08: "b", 0x09: "t", 0x0A: "n", 0x0C: "f", 0x0D: "r", 0x22: '"', 0x5C: "\\"}
+# (code point, its escape after the backslash) of the characters JSON requires escaped
+_REQUIRED_ESCAPES = [
+    (cp, (_SHORT[cp] if cp in _SHORT else f"u{cp:04x}").encode())
+    for cp in [*range(0x20), 0x22, 0x5C]
+]
+_HEX = [(ord(str(d)),) for d in range(10)] + [
+    (ord(c), ord(c.upper())) for c in "abcdef"
+]  # the bytes of each hex digit (letters in either case)
+
+
+def _from_rows(trans: np.ndarray, accepting: np.ndarray, start: int, pattern: str) -> ByteDFA:
+    """A minimal DFA from a table in `ByteDFA` layout (state 0 dead)."""
+    table = trans[1:].astype(np.int64) - 1  # dead -> -1, state k -> k - 1
+    return dfa_from_table(table, accepting[1:], start - 1, pattern)
+
+
+# -- canonical numbers ---------------------------------------------------------------------------
+
+
+def _zeros_only(trans: np.ndarray) -> np.ndarray:
+    """States from which only zeros may follow (every live byte is ``0``, to such a state)."""
+    live = trans != DEAD
+    out = (live.sum(axis=1) == live[:, _ZERO]) | (live.sum(axis=1) == 0)
+    while True:
+        nxt = trans[:, _ZERO]
+        keep = out & ((nxt == DEAD) | out[nxt])
+        if (keep == out).all():
+            return out
+        out = keep
+
+
+def canonical_numbers(dfa: ByteDFA) -> ByteDFA:
+    """`dfa` (a value lexeme) without the number texts that are not canonical: a fraction of
+    zeros where only zeros may follow the point, and the integer ``-0``."""
+    if dfa.is_empty():
+        return dfa
+    trans = dfa.transitions.astype(np.int64)
+    zeros = _zeros_only(trans)
+    after_dot = trans[:, _DOT]
+    redundant = dfa.accepting & (after_dot != DEAD) & zeros[after_dot]
+    changed = bool(redundant.any())
+    trans[redundant, _DOT] = DEAD
+    accepting = dfa.accepting
+    minus = trans[dfa.start, _MINUS]
+    zero = trans[minus, _ZERO] if minus != DEAD else DEAD
+    if zero != DEAD and accepting[zero]:  # "-0" ends there: it goes on only as "-0.5" ...
+        trans = np.vstack([trans, trans[zero]])  # ... from a copy that does not accept
+        accepting = np.append(accepting, False)
+        trans[minus, _ZERO] = len(trans) - 1
+        changed = True
+    if not changed:
+        return dfa
+    return _from_rows(trans, accepting, dfa.start, f"canonical({dfa.pattern})")
+
+
+# -- every escape --------------------------------------------------------------------------------
+
+Runs = tuple[tuple[int, int, int], ...]  # (first, last, target): code points, sorted, disjoint
+
+
+def _merge(runs: list[tuple[int, int, int]]) -> Runs:
+    out: list[list[int]] = []
+    for lo, hi, t in sorted(runs):
+        if out and out[-1][2] == t and out[-1][1] + 1 == lo:
+            out[-1][1] = hi
+        else:
+            out.append([lo, hi, t])
+    return tuple((lo, hi, t) for lo, hi, t in out)
+
+
+def _clip(runs: Runs, lo: int, hi: int, shift: int) -> Runs:
+    """The runs within [lo, hi], moved down by `shift`."""
+    out = []
+    for a, b, t in runs[bisect.bisect_left(runs, lo, key=lambda r: r[1]) :]:
+        if a > hi:
+            break
+        out.append((max(a, lo) - shift, min(b, hi) - shift, t))
+    return tuple(out)
+
+
+class _Escapes:
+    """Builds the escaped spellings of one DFA: new states appended after its own."""
+
+    def __init__(self, dfa: ByteDFA):
+        self.dfa = dfa
+        self.trans = dfa.transitions
+        self.rows: list[dict[int, int]] = []  # the new states' edges
+        self.nodes: dict[tuple, int] = {}  # interned new states
+        self._cont: dict[tuple[int, int], Runs] = {}
+
+    # -- the characters a state reads ---------------------------------------------------------
+
+    def continuations(self, state: int, k: int) -> Runs:
+        """Where `k` continuation bytes lead from `state`, by their 6k payload bits."""
+        key = (state, k)
+        found = self._cont.get(key)
+        if found is None:
+            runs = []
+            row = self.trans[state, 0x80:0xC0].tolist()
+            for c, nxt in enumerate(row):
+                if nxt == DEAD:
+                    continue
+                if k == 1:
+                    runs.append((c, c, nxt))
+                else:
+                    base = c << (6 * (k - 1))
+                    runs.extend(
+                        (base + a, base + b, t) for a, b, t in self.continuations(nxt, k - 1)
+                    )
+            found = self._cont[key] = _merge(runs)
+        return found
+
+    def characters(self, state: int) -> Runs:
+        """Where each character leads from `state` (at a character boundary in a string),
+        read in the canonical encoding: raw UTF-8, or its escape where JSON requires one."""
+        row = self.trans[state].tolist()
+        runs = [(b, b, row[b]) for b in range(0x20, 0x80) if row[b] and b not in (0x22, 0x5C)]
+        for lead_lo, lead_hi, k in ((0xC2, 0xDF, 1), (0xE0, 0xEF, 2), (0xF0, 0xF4, 3)):
+            payload = {1: 0x1F, 2: 0x0F, 3: 0x07}[k]
+            for b in range(lead_lo, lead_hi + 1):
+                if row[b]:
+                    base = (b & payload) << (6 * k)
+                    runs.extend(
+                        (base + a, base + z, t) for a, z, t in self.continuations(row[b], k)
+                    )
+        after = row[_BACKSLASH]
+        if after != DEAD:  # the characters JSON requires escaped
+            for cp, rest in _REQUIRED_ESCAPES:
+                target = self.dfa.walk(after, rest)
+                if target != DEAD:
+                    runs.append((cp, cp, target))
+        return _merge(runs)
+
+    # -- new states ---------------------------------------------------------------------------
+
+    def node(self, key: tuple, edges) -> int:
+        """The new state interned as `key`; `edges()` gives its {byte: target} once."""
+        found = self.nodes.get(key)
+        if found is None:
+            found = self.nodes[key] = self.dfa.n_states + len(self.rows)
+            self.rows.append({})
+            self.rows[found - self.dfa.n_states] = edges()
+        return found
+
+    def hex_digits(self, leaves: Runs, level: int = 0) -> int:
+        """The state reading the remaining ``4 - level`` hex digits of a code unit whose
+        value (relative to this subtree) leads to the leaf in `leaves`."""
+        size = 16 ** (3 - level)
+
+        def edges() -> dict[int, int]:
+            out = {}
+            if len(leaves) == 1 and leaves[0][:2] == (0, 16 * size - 1):  # one leaf for all
+                child = leaves[0][2]
+                if level < 3:
+                    child = self.hex_digits(((0, size - 1, child),), level + 1)
+                return {b: child for spellings in _HEX for b in spellings}
+            parts: dict[int, list[tuple[int, int, int]]] = {}  # digit -> its runs, moved down
+            for a, z, t in leaves:
+                for d in range(a // size, z // size + 1):
+                    base = d * size
+                    parts.setdefault(d, []).append(
+                        (max(a, base) - base, min(z, base + size - 1) - base, t)
+                    )
+            for d, part in parts.items():
+                target = part[0][2] if level == 3 else self.hex_digits(tuple(part), level + 1)
+                for b in _HEX[d]:
+                    out[b] = target
+            return out
+
+        return self.node(("hex", level, leaves), edges)
+
+    def low_surrogate(self, runs: Runs) -> int:
+        """After a high surrogate ``\\uD8xx``: ``\\u`` and a low surrogate, whose offset in
+        DC00..DFFF leads as in `runs` (offsets 0..3FF of this block of code points)."""
+        leaves = tuple((a + 0xDC00, b + 0xDC00, t) for a, b, t in runs)
+
+        def edges() -> dict[int, int]:
+            u = self.node(("u", leaves), lambda: {ord("u"): self.hex_digits(leaves)})
+            return {_BACKSLASH: u}
+
+        return self.node(("low", runs), edges)
+
+    def code_units(self, chars: Runs) -> Runs:
+        """The leaves of the ``\\uXXXX`` tree: a BMP character's target, or for a high
+        surrogate the state expecting its low surrogate."""
+        leaves = set(_clip(chars, 0, 0xD7FF, 0) + _clip(chars, 0xE000, 0xFFFF, 0))
+        astral = _clip(chars, 0x10000, 0x10FFFF, 0)
+        for a, b, t in astral:
+            first, last = (a - 0x10000) >> 10, (b - 0x10000) >> 10
+            for h in {first, last}:  # blocks the run may share with others
+                lo = 0x10000 + (h << 10)
+                block = _clip(astral, lo, lo + 0x3FF, lo)
+                leaves.add((0xD800 + h, 0xD800 + h, self.low_surrogate(block)))
+            if last - first > 1:  # the blocks between: wholly this run's
+                uniform = self.low_surrogate(((0, 0x3FF, t),))
+                leaves.add((0xD800 + first + 1, 0xD800 + last - 1, uniform))
+        return _merge(list(leaves))
+
+    def escape(self, chars: Runs) -> int:
+        """The state after a backslash, at a boundary whose characters lead as in `chars`."""
+
+        def edges() -> dict[int, int]:
+            out = {}
+            units = self.code_units(chars)
+            if units:
+                out[ord("u")] = self.hex_digits(units)
+            for cp, letter in [*_SHORT.items(), (0x2F, "/")]:
+                found = _clip(chars, cp, cp, 0)
+                if found:
+                    out[ord(letter)] = found[0][2]
+            return out
+
+        return self.node(("escape", chars), edges)
+
+
+def _boundaries(
+    dfa: ByteDFA, in_string: bool, escapes: _Escapes, tick: Callable[[], object]
+) -> dict[int, Runs]:
+    """The states at a character boundary inside a string, with their characters: found by
+    following the text from the start (outside a string, unless `in_string`)."""
+    inside: dict[int, Runs] = {}
+    outside: set[int] = set()
+    todo = [(dfa.start, in_string)]
+    while todo:
+        if len(inside) % 256 == 255:
+            tick()
+        state, in_str = todo.pop()
+        if state == DEAD or (state in inside if in_str else state in outside):
+            continue
+        if (state in outside) if in_str else (state in inside):
+            raise ValueError(
+                f"state {state} of /{dfa.pattern}/ is both inside and outside a string"
+            )
+        if in_str:
+            chars = inside[state] = escapes.characters(state)
+            todo.extend((t, True) for t in {t for _, _, t in chars})
+            todo.append((int(dfa.transitions[state, _QUOTE]), False))
+        else:
+            outside.add(state)
+            row = dfa.transitions[state]
+            for b in np.flatnonzero(row).tolist():
+                todo.append((int(row[b]), b == _QUOTE))
+    return inside
+
+
+_EXPANDED: BoundedCache[tuple[ByteDFA, bool], ByteDFA] = BoundedCache(_KEPT)
+_EXPANDED_LOCK = threading.Lock()
+
+
+def every_escape(
+    dfa: ByteDFA, in_string: bool = False, tick: Callable[[], object] = lambda: None
+) -> ByteDFA:
+    """`dfa` (over values in the canonical encoding, or over string content when
+    `in_string`) with every character of every string also spelled as each escape JSON
+    allows. Languages stay exact: each spelling decodes to one character. `tick` is called
+    now and then (a compilation's deadline check: it raises to stop).
+
+    Kept for the DFAs expanded last (by identity: shared DFAs, the string universe, chunks,
+    compiled regexes and key texts, are expanded once for every compilation)."""
+    key = (dfa, in_string)
+    with _EXPANDED_LOCK:
+        found = _EXPANDED.get(key)
+    if found is None:
+        found = _expanded(dfa, in_string, tick)
+        with _EXPANDED_LOCK:
+            _EXPANDED[key] = found
+    return found
+
+
+def _expanded(dfa: ByteDFA, in_string: bool, tick: Callable[[], object]) -> ByteDFA:
+    if dfa.is_empty():
+        return dfa
+    escapes = _Escapes(dfa)
+    inside = _boundaries(dfa, in_string, escapes, tick)
+    if not inside:
+        return dfa
+    backslash = {state: escapes.escape(chars) for state, chars in inside.items()}
+    n = dfa.n_states
+    trans = np.zeros((n + len(escapes.rows), 256), dtype=np.int64)
+    trans[:n] = dfa.transitions
+    for state, target in backslash.items():
+        trans[state, _BACKSLASH] = target
+    for i, row in enumerate(escapes.rows):
+        for b, t in row.items():
+            trans[n + i, b] = t
+    accepting = np.zeros(len(trans), dtype=bool)
+    accepting[:n] = dfa.accepting
+    return _from_rows(trans, accepting, dfa.start, f"escapes({dfa.pattern})")
