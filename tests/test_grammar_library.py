@@ -141,7 +141,7 @@ def test_every_library_grammar_has_an_oracle():
 
 def _fresh(name: str) -> cn.Grammar:
     """The library grammar compiled anew (not `library.load`'s cached one)."""
-    return cn.Grammar.from_lark(library.path(name))
+    return cn.Grammar.from_lark_file(library.path(name))
 
 
 # -- sound: random derivations are in the real language ---------------------------------------
