@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from constrain.engine.regex import ByteDFA, combine, is_empty_combination
+from constrain.errors import RegexError
 from constrain.jsonschema.shapes import (
     ANY,
     ANY_ARRAY,
@@ -103,8 +104,15 @@ class ShapeAlgebra:
         key = (a, b, op)
         got = self._combined.get(key)
         if got is None:
-            self.time_left()
-            got = self._combined[key] = combine(a, b, op, f"({a.pattern}){op}({b.pattern})")
+            pattern = f"({a.pattern}){op}({b.pattern})"
+            left = self.time_left()
+            try:  # the product gets what is left of the compilation's time, not a fresh limit
+                limit = {"timeout": left} if left < math.inf else {}
+                got = combine(a, b, op, pattern, **limit)
+            except RegexError:
+                self.time_left()  # past the deadline: a CompileTimeout, like every other stage
+                raise
+            self._combined[key] = got
         return got
 
     def empty_combination(self, a: ByteDFA, b: ByteDFA, op: str) -> bool:
