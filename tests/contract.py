@@ -202,3 +202,23 @@ def assert_mask_matches_regex(
             wrong.append((token, bool(mask[token]), expected))
     assert not wrong, _failure(vocab, prefix_tokens, wrong, judged, f"the regex {pattern!r}")
     return judged
+
+
+def accepts_token_by_token(constraint, tokens: list[int]) -> bool:
+    """Whether a fresh matcher of `constraint` takes `tokens` one by one and then EOS."""
+    m = constraint.start()
+    for t in tokens:
+        if not m.check(t):
+            return False
+        m.advance(t)
+    return m.check(constraint.vocab.eos_ids[0])
+
+
+def accepts_text(constraint, text: str) -> bool:
+    """Whether a fresh matcher of `constraint` takes the tokens of `text` and then accepts."""
+    m = constraint.start()
+    for token in constraint.vocab.encode(text):
+        if not m.check(token):
+            return False
+        m.advance(token)
+    return m.accepting()

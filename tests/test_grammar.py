@@ -5,7 +5,7 @@ from __future__ import annotations
 import lark
 import numpy as np
 import pytest
-from contract import assert_mask_matches_checks
+from contract import accepts_token_by_token, assert_mask_matches_checks
 
 import constrain as cn
 import constrain.grammars as library
@@ -51,15 +51,6 @@ def _tokens(vocab: Vocabulary, text: str) -> list[int] | None:
     return tokens if vocab.decode_bytes(tokens) == text.encode() else None
 
 
-def _accepts_token_by_token(constraint: cn.Constraint, tokens: list[int]) -> bool:
-    m = constraint.start()
-    for t in tokens:
-        if not m.check(t):
-            return False
-        m.advance(t)
-    return m.check(constraint.vocab.eos_ids[0])
-
-
 @pytest.mark.parametrize("name", library.names())
 def test_random_derivations_are_accepted_and_mutations_lark_rejects_are_rejected(
     any_vocab: Vocabulary, name
@@ -74,7 +65,7 @@ def test_random_derivations_are_accepted_and_mutations_lark_rejects_are_rejected
         tokens = _tokens(any_vocab, text)
         if tokens is None:
             continue
-        assert _accepts_token_by_token(constraint, tokens), text
+        assert accepts_token_by_token(constraint, tokens), text
         mutated = _mutate(text, rng)
         try:
             oracle.parse(mutated)
@@ -85,7 +76,7 @@ def test_random_derivations_are_accepted_and_mutations_lark_rejects_are_rejected
             tokens = _tokens(any_vocab, mutated)
             if tokens is not None:
                 rejected_mutations += 1
-                assert not _accepts_token_by_token(constraint, tokens), mutated
+                assert not accepts_token_by_token(constraint, tokens), mutated
     assert rejected_mutations >= 3  # the mutations do exercise rejection
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable
 import lark
 import numpy as np
 import pytest
+from contract import accepts_token_by_token
 
 import constrain as cn
 import constrain.grammars as library
@@ -323,15 +324,6 @@ def test_every_library_grammar_has_a_corpus():
     assert all(len(examples) >= 20 for examples in CORPUS.values())
 
 
-def _accepts_token_by_token(constraint: cn.Constraint, tokens: list[int]) -> bool:
-    m = constraint.start()
-    for t in tokens:
-        if not m.check(t):
-            return False
-        m.advance(t)
-    return m.check(constraint.vocab.eos_ids[0])
-
-
 @pytest.mark.parametrize("name", library.names())
 def test_realistic_inputs_the_real_parser_accepts_are_in_the_grammar(
     smollm_vocab: Vocabulary, name
@@ -345,7 +337,7 @@ def test_realistic_inputs_the_real_parser_accepts_are_in_the_grammar(
         assert grammar.matches(text), text
         tokens = smollm_vocab.encode(text)
         assert smollm_vocab.decode_bytes(tokens) == text.encode()
-        assert _accepts_token_by_token(constraint, tokens), text
+        assert accepts_token_by_token(constraint, tokens), text
 
 
 # -- keywords glued to names ----------------------------------------------------------------------

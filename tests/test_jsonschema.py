@@ -12,7 +12,7 @@ import annotated_types  # noqa: F401 (used by eval in a test)
 import jsonschema
 import pydantic
 import pytest
-from contract import assert_mask_matches_checks
+from contract import accepts_text, assert_mask_matches_checks
 
 import constrain as cn
 from constrain.errors import GrammarError, UnsupportedSchemaError
@@ -257,15 +257,6 @@ def _repeats(value) -> bool:
     )
 
 
-def _accepts(constraint: cn.Constraint, text: str) -> bool:
-    m = constraint.start()
-    for token in constraint.vocab.encode(text):
-        if not m.check(token):
-            return False
-        m.advance(token)
-    return m.accepting()
-
-
 @pytest.mark.parametrize("schema", SCHEMAS, ids=[json.dumps(s)[:50] for s in SCHEMAS])
 @pytest.mark.parametrize("whitespace", ["compact", "default"])
 def test_acceptance_agrees_with_jsonschema(schema, whitespace, smollm_vocab):
@@ -285,7 +276,7 @@ def test_acceptance_agrees_with_jsonschema(schema, whitespace, smollm_vocab):
                 json.dumps(value, indent=2, ensure_ascii=False),
             ]
         for text in texts:
-            accepted = _accepts(constraint, text)
+            accepted = accepts_text(constraint, text)
             assert not (accepted and not valid), f"invalid instance accepted: {text}"
             accepted_valid += accepted
             if valid and not accepted:
@@ -602,7 +593,7 @@ def test_duplicate_keys_and_items_are_refused_token_by_token(smollm_vocab):
         ('{"tags":[1,2.0,1.0]}', False),
         ('{"tags":[10,1]}', True),
     ]:
-        assert _accepts(constraint, text) == ok, text
+        assert accepts_text(constraint, text) == ok, text
     m = constraint.start()
     repeat = (
         smollm_vocab.encode('{"tags":[12,3') + smollm_vocab.encode(",") + smollm_vocab.encode("12")
@@ -621,8 +612,8 @@ def test_duplicate_keys_and_items_are_refused_token_by_token(smollm_vocab):
     m.advance_many(smollm_vocab.encode(',"x":{"y":1'))
     nested = smollm_vocab.encode('{"tags":[3]') + smollm_vocab.encode(',"x":{"y":1')
     assert_mask_matches_checks(grammar, smollm_vocab, nested, m.mask())
-    assert _accepts(constraint, '{"tags":[3],"x":{"y":1},"z":1}')
-    assert not _accepts(constraint, '{"tags":[3],"x":{"y":1},"x":1}')
+    assert accepts_text(constraint, '{"tags":[3],"x":{"y":1},"z":1}')
+    assert not accepts_text(constraint, '{"tags":[3],"x":{"y":1},"x":1}')
 
 
 def test_draft_option_overrides_the_declared_dialect():
@@ -725,13 +716,13 @@ def test_a_few_keys_of_a_region_become_named_properties(smollm_vocab):
         "additionalProperties": False,
     }
     ordered = cn.Constraint(cn.Grammar.from_json_schema(schema), smollm_vocab)
-    assert _accepts(ordered, '{"a":1,"b":2,"c":3}') and _accepts(ordered, "{}")
-    assert not _accepts(ordered, '{"b":1,"a":2}') and not _accepts(ordered, '{"d":1}')
+    assert accepts_text(ordered, '{"a":1,"b":2,"c":3}') and accepts_text(ordered, "{}")
+    assert not accepts_text(ordered, '{"b":1,"a":2}') and not accepts_text(ordered, '{"d":1}')
     m = ordered.start()
     m.advance_many(smollm_vocab.encode('{"a":1,"b":2,"c":3'))
     assert not any(m.check(t) for t in smollm_vocab.encode(","))
     anywhere = cn.Constraint(cn.Grammar.from_json_schema(schema, any_order=True), smollm_vocab)
-    assert _accepts(anywhere, '{"c":1,"a":2}') and not _accepts(anywhere, '{"a":1,"a":2}')
+    assert accepts_text(anywhere, '{"c":1,"a":2}') and not accepts_text(anywhere, '{"a":1,"a":2}')
     m = anywhere.start()
     m.advance_many(smollm_vocab.encode('{"c":1,"b":2,"a":3'))
     assert not m.check(smollm_vocab.encode(",")[0])

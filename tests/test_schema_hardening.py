@@ -14,22 +14,13 @@ import time
 
 import jsonschema
 import pytest
-from contract import assert_mask_matches_checks
+from contract import accepts_text, assert_mask_matches_checks
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import constrain as cn
 from constrain.constraints.spec import ConstraintSpec
 from constrain.errors import ConstrainError, GrammarError, SchemaError
-
-
-def _accepts(constraint: cn.Constraint, text: str) -> bool:
-    m = constraint.start()
-    for token in constraint.vocab.encode(text):
-        if not m.check(token):
-            return False
-        m.advance(token)
-    return m.accepting()
 
 
 def _constraint(schema, vocab, **options) -> cn.Constraint:
@@ -87,19 +78,19 @@ def test_generation_writes_numbers_canonically(schema, smollm_vocab):
     validator = jsonschema.Draft202012Validator(schema)
     for text in _NUMBER_TEXTS:
         valid = validator.is_valid(json.loads(text))
-        assert _accepts(every, text) == valid, text
-        assert _accepts(canonical, text) == (valid and _canonical(text, schema)), text
+        assert accepts_text(every, text) == valid, text
+        assert accepts_text(canonical, text) == (valid and _canonical(text, schema)), text
 
 
 def test_integer_values_have_type_int(smollm_vocab):
     """The README's case: `{"year": 1972.0}` is refused in generation, so `.value` is an int."""
     canonical = _constraint(_YEAR, smollm_vocab)
-    assert _accepts(canonical, '{"year":1972}')
-    assert not _accepts(canonical, '{"year":1972.0}')
-    assert _accepts(_constraint(_YEAR, smollm_vocab, spellings="all"), '{"year":1972.0}')
+    assert accepts_text(canonical, '{"year":1972}')
+    assert not accepts_text(canonical, '{"year":1972.0}')
+    assert accepts_text(_constraint(_YEAR, smollm_vocab, spellings="all"), '{"year":1972.0}')
     spec = ConstraintSpec(type=int)
     grammar = spec.constraint(smollm_vocab).grammar
-    assert not _accepts(cn.Constraint(grammar, smollm_vocab), "1972.0")
+    assert not accepts_text(cn.Constraint(grammar, smollm_vocab), "1972.0")
     assert isinstance(spec.value("1972"), int)
 
 
@@ -147,11 +138,11 @@ def test_every_spelling_of_a_valid_value_is_accepted(schema, texts, smollm_vocab
     validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
     for text in texts:
         value = json.loads(text)
-        assert _accepts(every, text) == validator.is_valid(value), text
+        assert accepts_text(every, text) == validator.is_valid(value), text
         plain = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-        assert _accepts(canonical, plain) == validator.is_valid(value), plain
+        assert accepts_text(canonical, plain) == validator.is_valid(value), plain
         if plain != text:
-            assert not _accepts(canonical, text), text
+            assert not accepts_text(canonical, text), text
 
 
 def test_escaped_repeat_of_a_key_is_refused_by_mask_and_check(smollm_vocab):
@@ -160,8 +151,8 @@ def test_escaped_repeat_of_a_key_is_refused_by_mask_and_check(smollm_vocab):
     schema = {"type": "object", "additionalProperties": {"type": "integer"}}
     grammar = cn.Grammar.from_json_schema(schema, spellings="all")
     constraint = cn.Constraint(grammar, smollm_vocab)
-    assert not _accepts(constraint, '{"ab":1,"a\\u0062":2}')
-    assert _accepts(constraint, '{"ab":1,"a\\u0063":2}')
+    assert not accepts_text(constraint, '{"ab":1,"a\\u0062":2}')
+    assert accepts_text(constraint, '{"ab":1,"a\\u0063":2}')
     for prefix in ('{"ab":1,"a\\u00', '{"ab":1,"a'):
         assert_mask_matches_checks(grammar, smollm_vocab, smollm_vocab.encode(prefix))
 
@@ -194,9 +185,9 @@ def test_any_order_holds_beyond_ten_properties(extra, smollm_vocab):
         if rng.random() < 0.3:
             members.append(("zz", "s" if rng.random() < 0.5 else 5))
         text = "{" + ",".join(f'"{k}":{json.dumps(v)}' for k, v in members) + "}"
-        assert _accepts(constraint, text) == validator.is_valid(json.loads(text)), text
-    assert not _accepts(constraint, '{"k1":1,"k7":2,"k13":3,"k1":4}')  # a repeated key
-    assert _accepts(constraint, '{"k13":3,"k7":2,"k1":1}')
+        assert accepts_text(constraint, text) == validator.is_valid(json.loads(text)), text
+    assert not accepts_text(constraint, '{"k1":1,"k7":2,"k13":3,"k1":4}')  # a repeated key
+    assert accepts_text(constraint, '{"k13":3,"k7":2,"k1":1}')
 
 
 def test_any_order_mask_matches_brute_force(smollm_vocab):
@@ -214,7 +205,7 @@ def test_any_order_counts_properties(smollm_vocab):
     validator = jsonschema.Draft202012Validator(schema)
     for keys in ([2], [11, 2], [3, 2, 9], [4, 3, 2, 1], [1, 3]):
         text = "{" + ",".join(f'"k{i}":{i}' for i in keys) + "}"
-        assert _accepts(constraint, text) == validator.is_valid(json.loads(text)), text
+        assert accepts_text(constraint, text) == validator.is_valid(json.loads(text)), text
 
 
 def test_word_boundary_in_a_pattern_is_a_clear_error():
