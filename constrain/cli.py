@@ -1,7 +1,7 @@
 """The `constrain` command line.
 
 constrain generate --schema schemas/person.json "Invent a person."
-constrain generate --grammar sql "Employees older than 30?"
+constrain generate --grammar sql "Write a SQL query that selects the employees older than 30."
 constrain generate --regex "\\d{4}-\\d{2}-\\d{2}" "When did Apollo 11 land?"
 constrain bench jsonschemabench --limit 30 --sampler awrs --out report.json
 constrain conformance test-suite | maskbench
