@@ -392,3 +392,61 @@ def test_fuzz_mutated_schemas_raise_only_constrain_errors(schema, options):
         pass
     # the limit holds (with room for the last step before a deadline check)
     assert time.monotonic() - start < _COMPILE_LIMIT + 3.0
+
+
+# -- every_escape against Python's `re` and `json` ------------------------------------------------
+
+_STRING_PATTERNS = ["[a-c]*é?", ".{0,3}", "(ab|\\n)+x?", "[^a]{2,4}", "[\\x00-\\x7f]*", "😀|.b"]
+
+
+def _spelled(text: str, choices: list[int]) -> str:
+    """`text` as a JSON string body, each character spelled by the next choice: raw (where
+    JSON allows), a short escape, or ``\\u`` in lower or upper case (a surrogate pair above
+    U+FFFF)."""
+    out = []
+    for i, ch in enumerate(text):
+        pick = choices[i % len(choices)]
+        cp = ord(ch)
+        short = {
+            '"': '\\"',
+            "\\": "\\\\",
+            "/": "\\/",
+            "\b": "\\b",
+            "\f": "\\f",
+            "\n": "\\n",
+            "\r": "\\r",
+            "\t": "\\t",
+        }.get(ch)
+        if pick == 0 and cp >= 0x20 and ch not in '"\\':
+            out.append(ch)
+        elif pick == 1 and short:
+            out.append(short)
+        else:
+            units = (
+                [cp]
+                if cp < 0x10000
+                else [0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF)]
+            )
+            hexes = "".join(f"\\u{u:04x}" for u in units)
+            out.append(hexes.upper().replace("\\U", "\\u") if pick == 2 else hexes)
+    return '"' + "".join(out) + '"'
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pattern=st.sampled_from(_STRING_PATTERNS),
+    text=st.text(st.sampled_from('abcé😀\n"\\/\x01 x'), max_size=5),
+    choices=st.lists(st.integers(0, 3), min_size=1, max_size=4),
+)
+def test_every_escape_accepts_a_spelling_iff_re_accepts_its_value(pattern, text, choices):
+    """The expanded DFA accepts a spelled string exactly when Python's `re` accepts the string
+    it decodes to (`json.loads`), for every mix of raw characters and escapes."""
+    import re
+
+    from constrain.engine.regex import compile_regex, quoted
+    from constrain.jsonschema.spellings import every_escape
+
+    dfa = every_escape(quoted(compile_regex(pattern, encoding="json")))
+    spelled = _spelled(text, choices)
+    assert json.loads(spelled) == text
+    assert dfa.matches(spelled) == bool(re.fullmatch(pattern, text)), spelled

@@ -16,7 +16,9 @@ complement. The emitter then spells each value lexeme in one of two ways (`SPELL
   also be written as any escape JSON allows (``\\uXXXX`` in either case, surrogate pairs
   above U+FFFF, the short escapes, ``\\/``). `every_escape` adds those paths to a DFA: each
   state at a character boundary inside a string gets a backslash subtree leading, for every
-  escaped spelling of a character, where the character's own text leads.
+  escaped spelling of a character, where the character's own text leads. The result is not
+  minimised (on large string DFAs that took most of the compile): its subtrees are interned
+  by what they lead to, so it stays within a few states of minimal.
 
 Numbers with an exponent (``1e2``) are spelled in neither: the number universe has none.
 """
@@ -38,12 +40,14 @@ SPELLINGS = ("canonical", "all")
 _KEPT = 512  # expanded DFAs kept (see every_escape)
 
 _DOT, _ZERO, _MINUS, _QUOTE, _BACKSLASH = (ord(c) for c in '.0-"\\')
+_QUOTING = (_QUOTE, _BACKSLASH)  # bytes a string reads raw only to end or to escape
 _SHORT = {0x08: "b", 0x09: "t", 0x0A: "n", 0x0C: "f", 0x0D: "r", 0x22: '"', 0x5C: "\\"}
 # (code point, its escape after the backslash) of the characters JSON requires escaped
 _REQUIRED_ESCAPES = [
     (cp, (_SHORT[cp] if cp in _SHORT else f"u{cp:04x}").encode())
     for cp in [*range(0x20), 0x22, 0x5C]
 ]
+_PAYLOAD = {1: 0x1F, 2: 0x0F, 3: 0x07}  # the payload bits of a lead byte
 _HEX = [(ord(str(d)),) for d in range(10)] + [
     (ord(c), ord(c.upper())) for c in "abcdef"
 ]  # the bytes of each hex digit (letters in either case)
@@ -119,6 +123,30 @@ def _clip(runs: Runs, lo: int, hi: int, shift: int) -> Runs:
     return tuple(out)
 
 
+def _byte_runs(row: np.ndarray, lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """The maximal runs of bytes lo..hi that `row` sends to one live state: (first, last, to)."""
+    part = row[lo : hi + 1]
+    cuts = np.flatnonzero(np.diff(part)) + 1
+    starts = [0, *cuts.tolist()]
+    ends = [*(cuts - 1).tolist(), len(part) - 1]
+    targets = part[starts].tolist()
+    return [(lo + a, lo + z, t) for a, z, t in zip(starts, ends, targets) if t != DEAD]
+
+
+def _without(run: tuple[int, int, int], excluded: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """`run` minus the code points in `excluded` (sorted)."""
+    lo, hi, t = run
+    out = []
+    for x in excluded:
+        if lo <= x <= hi:
+            if lo < x:
+                out.append((lo, x - 1, t))
+            lo = x + 1
+    if lo <= hi:
+        out.append((lo, hi, t))
+    return out
+
+
 class _Escapes:
     """Builds the escaped spellings of one DFA: new states appended after its own."""
 
@@ -128,6 +156,7 @@ class _Escapes:
         self.rows: list[dict[int, int]] = []  # the new states' edges
         self.nodes: dict[tuple, int] = {}  # interned new states
         self._cont: dict[tuple[int, int], Runs] = {}
+        self._required: dict[int, list[tuple[int, int, int]]] = {}
 
     # -- the characters a state reads ---------------------------------------------------------
 
@@ -137,40 +166,48 @@ class _Escapes:
         found = self._cont.get(key)
         if found is None:
             runs = []
-            row = self.trans[state, 0x80:0xC0].tolist()
-            for c, nxt in enumerate(row):
-                if nxt == DEAD:
-                    continue
+            for first, last, nxt in _byte_runs(self.trans[state], 0x80, 0xBF):
                 if k == 1:
-                    runs.append((c, c, nxt))
-                else:
+                    runs.append((first - 0x80, last - 0x80, nxt))
+                    continue
+                tails = self.continuations(nxt, k - 1)
+                for c in range(first - 0x80, last - 0x7F):
                     base = c << (6 * (k - 1))
-                    runs.extend(
-                        (base + a, base + b, t) for a, b, t in self.continuations(nxt, k - 1)
-                    )
+                    runs.extend((base + a, base + b, t) for a, b, t in tails)
             found = self._cont[key] = _merge(runs)
         return found
 
     def characters(self, state: int) -> Runs:
         """Where each character leads from `state` (at a character boundary in a string),
         read in the canonical encoding: raw UTF-8, or its escape where JSON requires one."""
-        row = self.trans[state].tolist()
-        runs = [(b, b, row[b]) for b in range(0x20, 0x80) if row[b] and b not in (0x22, 0x5C)]
+        row = self.trans[state]
+        runs = [piece for r in _byte_runs(row, 0x20, 0x7F) for piece in _without(r, _QUOTING)]
         for lead_lo, lead_hi, k in ((0xC2, 0xDF, 1), (0xE0, 0xEF, 2), (0xF0, 0xF4, 3)):
-            payload = {1: 0x1F, 2: 0x0F, 3: 0x07}[k]
-            for b in range(lead_lo, lead_hi + 1):
-                if row[b]:
-                    base = (b & payload) << (6 * k)
-                    runs.extend(
-                        (base + a, base + z, t) for a, z, t in self.continuations(row[b], k)
-                    )
-        after = row[_BACKSLASH]
-        if after != DEAD:  # the characters JSON requires escaped
-            for cp, rest in _REQUIRED_ESCAPES:
-                target = self.dfa.walk(after, rest)
-                if target != DEAD:
-                    runs.append((cp, cp, target))
+            span = 1 << (6 * k)
+            for first, last, nxt in _byte_runs(row, lead_lo, lead_hi):
+                tails = self.continuations(nxt, k)
+                base = (first & _PAYLOAD[k]) << (6 * k)
+                if len(tails) == 1 and tails[0][:2] == (0, span - 1):  # every tail alike
+                    runs.append((base, ((last & _PAYLOAD[k]) << (6 * k)) + span - 1, tails[0][2]))
+                    continue
+                for b in range(first, last + 1):
+                    base = (b & _PAYLOAD[k]) << (6 * k)
+                    runs.extend((base + a, base + z, t) for a, z, t in tails)
+        after = int(row[_BACKSLASH])
+        if after != DEAD:
+            runs.extend(self.required_escapes(after))
         return _merge(runs)
+
+    def required_escapes(self, after: int) -> list[tuple[int, int, int]]:
+        """The characters JSON requires escaped, read from `after` (past a backslash)."""
+        found = self._required.get(after)
+        if found is None:
+            found = self._required[after] = [
+                (cp, cp, target)
+                for cp, rest in _REQUIRED_ESCAPES
+                if (target := self.dfa.walk(after, rest)) != DEAD
+            ]
+        return found
 
     # -- new states ---------------------------------------------------------------------------
 
@@ -317,7 +354,7 @@ def _expanded(dfa: ByteDFA, in_string: bool, tick: Callable[[], object]) -> Byte
         return dfa
     backslash = {state: escapes.escape(chars) for state, chars in inside.items()}
     n = dfa.n_states
-    trans = np.zeros((n + len(escapes.rows), 256), dtype=np.int64)
+    trans = np.zeros((n + len(escapes.rows), 256), dtype=np.int32)
     trans[:n] = dfa.transitions
     for state, target in backslash.items():
         trans[state, _BACKSLASH] = target
@@ -326,4 +363,37 @@ def _expanded(dfa: ByteDFA, in_string: bool, tick: Callable[[], object]) -> Byte
             trans[n + i, b] = t
     accepting = np.zeros(len(trans), dtype=bool)
     accepting[:n] = dfa.accepting
-    return _from_rows(trans, accepting, dfa.start, f"escapes({dfa.pattern})")
+    # Not minimised (that took most of the time): `dfa`'s states stay distinct and the new
+    # ones are interned by what they lead to. Only the canonical escapes' states may be
+    # unreachable now: they are dropped, so every state stays reachable and live.
+    keep = _reachable(dfa, backslash, escapes.rows)
+    number = np.cumsum(keep) - 1
+    table = number[trans[keep]].astype(np.int32)
+    table[trans[keep] == DEAD] = DEAD
+    return ByteDFA(table, accepting[keep], int(number[dfa.start]), f"escapes({dfa.pattern})")
+
+
+def _reachable(dfa: ByteDFA, backslash: dict[int, int], rows: list[dict[int, int]]) -> np.ndarray:
+    """The states of the expanded DFA reachable from the start (state 0, dead, kept)."""
+    n = dfa.n_states
+    seen = np.zeros(n + len(rows), dtype=bool)
+    seen[0] = seen[dfa.start] = True
+    stack = [dfa.start]
+    classes = dfa.byte_classes()
+    backslash_class = int(classes[_BACKSLASH])  # dropped below only if backslash's alone
+    alone = int((classes == backslash_class).sum()) == 1
+    while stack:
+        state = stack.pop()
+        if state < n:
+            nexts = [t for c, t in dfa.live_classes(state)]
+            if state in backslash:  # its backslash edge leads to the new subtree instead
+                if alone:
+                    nexts = [t for c, t in dfa.live_classes(state) if c != backslash_class]
+                nexts.append(backslash[state])
+        else:
+            nexts = rows[state - n].values()
+        for t in nexts:
+            if not seen[t]:
+                seen[t] = True
+                stack.append(t)
+    return seen

@@ -49,7 +49,8 @@ CodeRanges = tuple[tuple[int, int], ...]
 
 
 class ByteDFA:
-    """A minimal DFA over bytes. State 0 is dead; every other state is reachable and live.
+    """A DFA over bytes, minimal unless built by `every_escape`. State 0 is dead; every other
+    state is reachable and live.
 
     Attributes:
         transitions: int32 array (n_states, 256) of next states.
