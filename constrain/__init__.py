@@ -16,6 +16,8 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS = {
+    "AnnotationError": "constrain.errors",
+    "ArgumentTypeError": "constrain.errors",
     "ConfigError": "constrain.errors",
     "ConstrainError": "constrain.errors",
     "ContextLengthError": "constrain.errors",
@@ -23,6 +25,7 @@ _EXPORTS = {
     "InvalidTokenError": "constrain.errors",
     "ModelLoadError": "constrain.errors",
     "RegexError": "constrain.errors",
+    "SchemaError": "constrain.errors",
     "UnsupportedSchemaError": "constrain.errors",
     "VocabularyError": "constrain.errors",
     "Vocabulary": "constrain.engine.vocab",

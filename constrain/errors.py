@@ -69,6 +69,17 @@ class ConfigError(ConstrainError, ValueError):
     sampler state file. The message names the option (or file) and the value."""
 
 
+class ArgumentTypeError(ConfigError, TypeError):
+    """An argument is the wrong kind of object: a non-processor in a processor stack, a
+    non-formula in model arithmetic."""
+
+
+class AnnotationError(ConstrainError, TypeError):
+    """A Python type has no JSON Schema (`Grammar.from_type`, a `@cn.function`'s return
+    annotation), or a `@cn.function` is defined without what it needs (a return annotation,
+    a docstring template whose fields are its parameters)."""
+
+
 class ContextLengthError(ConstrainError, ValueError):
     """A prompt (with the tokens asked for) does not fit in the model's context window.
 

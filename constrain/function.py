@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from constrain.api import Generator
-from constrain.errors import ConstrainError
+from constrain.errors import AnnotationError, ConstrainError
 from constrain.jsonschema.types import schema_from_type
 
 __all__ = ["GenerationCutError", "function"]
@@ -74,20 +74,26 @@ def function(
         name = getattr(fn, "__qualname__", repr(fn))
         hints = typing.get_type_hints(fn, include_extras=True)
         if "return" not in hints:
-            raise TypeError(f"@cn.function {name} needs a return annotation (the output type)")
+            raise AnnotationError(
+                f"@cn.function {name} needs a return annotation (the output type)"
+            )
         returns = hints["return"]
         try:
             schema = schema_from_type(returns)
-        except TypeError as exc:
-            raise TypeError(f"@cn.function {name}: unsupported return annotation: {exc}") from exc
+        except AnnotationError as exc:
+            raise AnnotationError(
+                f"@cn.function {name}: unsupported return annotation: {exc}"
+            ) from exc
         template = inspect.getdoc(fn)
         if not template:
-            raise TypeError(f"@cn.function {name} needs a docstring: it is the prompt template")
+            raise AnnotationError(
+                f"@cn.function {name} needs a docstring: it is the prompt template"
+            )
         signature = inspect.signature(fn)
         fields = {f for _, f, _, _ in string.Formatter().parse(template) if f}
         unknown = {f.split(".")[0].split("[")[0] for f in fields} - set(signature.parameters)
         if unknown:
-            raise TypeError(
+            raise AnnotationError(
                 f"@cn.function {name}: the docstring names {sorted(unknown)}, which are not "
                 f"parameters of the function ({list(signature.parameters)})"
             )

@@ -36,24 +36,28 @@ def test_function_returns_an_instance_of_its_annotation(tiny_model):
 
 
 def test_function_definition_errors(tiny_model):
-    with pytest.raises(TypeError, match="return annotation"):
+    """Each is a `cn.AnnotationError`: a `ConstrainError` and a `TypeError` (was a bare
+    `TypeError`)."""
+    assert issubclass(cn.AnnotationError, cn.ConstrainError)
+    assert issubclass(cn.AnnotationError, TypeError)
+    with pytest.raises(cn.AnnotationError, match="return annotation"):
 
         @cn.function(tiny_model)
         def no_return(x: str):
             """{x}"""
 
-    with pytest.raises(TypeError, match="docstring"):
+    with pytest.raises(cn.AnnotationError, match="docstring"):
 
         @cn.function(tiny_model)
         def no_doc(x: str) -> int: ...
 
-    with pytest.raises(TypeError, match="not parameters"):
+    with pytest.raises(cn.AnnotationError, match="not parameters"):
 
         @cn.function(tiny_model)
         def bad_field(x: str) -> int:
             """{y}"""
 
-    with pytest.raises(TypeError, match="unsupported return annotation"):
+    with pytest.raises(cn.AnnotationError, match="unsupported return annotation"):
 
         @cn.function(tiny_model)
         def bad_type(x: str) -> complex:

@@ -9,6 +9,7 @@ import math
 import pytest
 
 import constrain as cn
+from constrain.processors.base import ProcessorStack
 
 
 def _refused(call, *needles):
@@ -79,3 +80,18 @@ def test_generate_reports_bad_keywords_as_config_errors(tiny_model):
     _refused(lambda: cn.generate(tiny_model, 3, regex="a"), "prompt", "int")
     _refused(lambda: cn.stream(tiny_model, "x", regex="a", sampler=cn.SMC()), "streaming")
     _refused(lambda: cn.generate(tiny_model, "x", regex="a", config={"greedy": True}), "config")
+
+
+def test_wrong_kinds_of_objects_are_constrain_errors():
+    """Objects of the wrong kind are `ArgumentTypeError`s (a `ConfigError` and a `TypeError`),
+    unsupported Python types `AnnotationError`s; before, bare `TypeError`s."""
+    for call, error, needle in [
+        (lambda: ProcessorStack([cn.TopK(5), "top-p"]), cn.ArgumentTypeError, "HFProcessor"),
+        (lambda: cn.M("a") + 3, cn.ArgumentTypeError, "formulas"),
+        (lambda: cn.Grammar.from_type(complex), cn.AnnotationError, "complex"),
+        (lambda: cn.Grammar.from_regex(5), cn.RegexError, "str"),
+        (lambda: cn.Vocabulary([b"a", b"b"], eos_ids=[7]), cn.VocabularyError, "EOS"),
+    ]:
+        with pytest.raises(error, match=needle) as info:
+            call()
+        assert isinstance(info.value, cn.ConstrainError)

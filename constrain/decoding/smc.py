@@ -28,6 +28,7 @@ import torch
 
 from constrain.decoding.loop import Sampling
 from constrain.decoding.sequence import Sequence
+from constrain.errors import ConfigError
 from constrain.options import RESAMPLING, SMC
 from constrain.results import DecodeStats, SMCResult, WeightedText
 from constrain.samplers import token_sampler
@@ -99,7 +100,7 @@ def resample(weights: np.ndarray, method: str, rng: np.random.Generator) -> np.n
     elif method == "systematic":
         points = (np.arange(n) + rng.random()) / n
     else:
-        raise ValueError(f"resampling must be one of {RESAMPLING}, got {method!r}")
+        raise ConfigError(f"resampling must be one of {RESAMPLING}, got {method!r}")
     return np.minimum(np.searchsorted(np.cumsum(weights), points, side="right"), n - 1)
 
 

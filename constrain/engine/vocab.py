@@ -27,6 +27,7 @@ from functools import cached_property
 import numpy as np
 
 from constrain.engine.cache import BoundedCache
+from constrain.errors import VocabularyError
 
 __all__ = ["Vocabulary", "TokenTrie"]
 
@@ -112,10 +113,10 @@ class Vocabulary:
         self.size: int = max(size or 0, len(self._bytes))
         self.eos_ids: tuple[int, ...] = tuple(sorted({int(i) for i in eos_ids}))
         if not self.eos_ids:
-            raise ValueError("a vocabulary needs at least one EOS id")
+            raise VocabularyError("a vocabulary needs at least one EOS id")
         bad = [i for i in self.eos_ids if not 0 <= i < self.size]
         if bad:
-            raise ValueError(f"EOS ids {bad} are outside the vocabulary of size {self.size}")
+            raise VocabularyError(f"EOS ids {bad} are outside the vocabulary of size {self.size}")
         for i in self.eos_ids:  # an EOS id never also stands for text
             if i < len(self._bytes):
                 self._bytes[i] = None

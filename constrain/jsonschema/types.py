@@ -5,7 +5,7 @@ Covers what a typed function returns: `str`, `int`, `float`, `bool`, `None`, `Li
 with constraints (annotated-types' `Ge`/`Gt`/`Le`/`Lt`/`MultipleOf`/`MinLen`/`MaxLen`/`Len`, a
 pydantic `Field`, or a plain dict merged into the schema), dataclasses, `TypedDict` and pydantic
 models (through their own `model_json_schema`). Dataclasses and TypedDicts become `$defs`, so
-recursive types work. Anything else raises `TypeError` naming the annotation.
+recursive types work. Anything else raises `AnnotationError` (a `TypeError`) naming the annotation.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import enum
 import types
 import typing
 from typing import Any
+
+from constrain.errors import AnnotationError
 
 __all__ = ["schema_from_type"]
 
@@ -72,7 +74,7 @@ class _Converter:
             return {"type": "array", "prefixItems": items, "minItems": n, "maxItems": n}
         if origin in (dict, typing.Dict, typing.Mapping):  # noqa: UP006
             if args and args[0] is not str:
-                raise TypeError(f"dict keys must be str for JSON, not {args[0]!r}")
+                raise AnnotationError(f"dict keys must be str for JSON, not {args[0]!r}")
             value = args[1] if args else Any
             return {"type": "object", "additionalProperties": self.convert(value)}
         if isinstance(tp, type):
@@ -84,7 +86,7 @@ class _Converter:
                 return self.record(tp, _dataclass_fields(tp))
             if typing.is_typeddict(tp):
                 return self.record(tp, _typeddict_fields(tp))
-        raise TypeError(f"no JSON Schema for the annotation {tp!r}")
+        raise AnnotationError(f"no JSON Schema for the annotation {tp!r}")
 
     def record(self, tp: type, fields: list[tuple[str, Any, bool]]) -> dict:
         """Dataclasses and TypedDicts: a `$defs` entry (so recursion works) and a ref to it."""
@@ -150,7 +152,7 @@ class _Converter:
             if item.description:
                 out["description"] = item.description
             return out
-        raise TypeError(f"no JSON Schema for the Annotated constraint {item!r}")
+        raise AnnotationError(f"no JSON Schema for the Annotated constraint {item!r}")
 
 
 def _dataclass_fields(tp: type) -> list[tuple[str, Any, bool]]:

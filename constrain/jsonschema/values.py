@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonschema
 
+from constrain.errors import AnnotationError
 from constrain.jsonschema.types import schema_from_type
 
 __all__ = ["value_from_json"]
@@ -58,7 +59,7 @@ def value_from_json(annotation: Any, data: Any) -> Any:
         return {k: value_from_json(value, v) for k, v in data.items()}
     if isinstance(annotation, type):
         return _class(annotation, data)
-    raise TypeError(f"no JSON Schema for {annotation!r}")
+    raise AnnotationError(f"no JSON Schema for {annotation!r}")
 
 
 def _union(options: tuple, data: Any) -> Any:
@@ -79,4 +80,4 @@ def _class(cls: type, data: Any) -> Any:
         return cls(**{name: value_from_json(hints[name], v) for name, v in data.items()})
     if typing.is_typeddict(cls):
         return {name: value_from_json(hints.get(name, Any), v) for name, v in data.items()}
-    raise TypeError(f"no JSON Schema for {cls!r}")
+    raise AnnotationError(f"no JSON Schema for {cls!r}")

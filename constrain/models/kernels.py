@@ -27,6 +27,8 @@ from typing import Literal, NamedTuple
 import torch
 import torch.nn.functional as F
 
+from constrain.errors import ConfigError
+
 __all__ = [
     "MAX_ROWS",
     "ROW_BUCKETS",
@@ -278,7 +280,7 @@ def use_kernels(model: torch.nn.Module, kernels: Kernels = "measure") -> dict[st
     (CUDA, MPS) and with "torch": plain `nn.Linear` everywhere (undoing an earlier patch).
     """
     if kernels not in ("measure", "torch"):
-        raise ValueError(f"kernels must be 'measure' or 'torch', not {kernels!r}")
+        raise ConfigError(f"kernels must be 'measure' or 'torch', not {kernels!r}")
     layers = [m for m in model.modules() if type(m) in (torch.nn.Linear, MeasuredLinear)]
     on_cpu = [m for m in layers if m.weight.device.type == "cpu"]
     plans = TIMER.few_rows(m.weight for m in on_cpu) if kernels == "measure" else {}

@@ -543,10 +543,12 @@ class TransformersLM:
         base = getattr(self.hf_model, "model", None)
         blocks = getattr(base, "layers", None)
         if not isinstance(blocks, torch.nn.ModuleList):
-            raise ValueError(f"{self.name}: no model.layers to choose from")
+            raise ConfigError(f"{self.name}: no model.layers to choose from")
         chosen = list(layers)
         if not chosen or any(not 0 <= i < len(blocks) for i in chosen):
-            raise ValueError(f"layers must be a non-empty subset of 0..{len(blocks) - 1}: {chosen}")
+            raise ConfigError(
+                f"layers must be a non-empty subset of 0..{len(blocks) - 1}: {chosen}"
+            )
         config = copy.copy(self.hf_model.config)
         config.num_hidden_layers = len(chosen)
         if getattr(config, "layer_types", None):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from constrain.errors import ConfigError
+from constrain.errors import ArgumentTypeError, ConfigError
 from constrain.processors.base import Processor, Step, Term
 
 __all__ = ["Classifier", "Formula", "Intersection", "M", "Union"]
@@ -77,7 +77,7 @@ class Formula(Processor):
 
 def _formula(x) -> Formula:
     if not isinstance(x, Formula):
-        raise TypeError(f"model arithmetic combines formulas (cn.M(...)), not {x!r}")
+        raise ArgumentTypeError(f"model arithmetic combines formulas (cn.M(...)), not {x!r}")
     return x
 
 

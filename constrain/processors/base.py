@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from constrain.errors import ConfigError
+from constrain.errors import ArgumentTypeError, ConfigError
 
 __all__ = ["STAGES", "Processor", "ProcessorStack", "Step", "Temperature", "Term"]
 
@@ -131,7 +131,7 @@ class ProcessorStack:
     def __init__(self, processors: Sequence[Processor] = (), temperature: float = 1.0):
         for p in processors:
             if not isinstance(p, Processor):
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"{p!r} is not a processor; wrap a transformers LogitsProcessor in "
                     f"cn.HFProcessor(...)"
                 )

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from constrain.engine.matcher import TokenMatcher
+from constrain.errors import ConfigError
 from constrain.samplers.base import Draw
 from constrain.samplers.lcd import LCD
 
@@ -61,9 +62,9 @@ class AWRS:
 
     def __init__(self, estimator: str = "recursive", *, mask_after: int | None = 128):
         if estimator not in _ESTIMATORS:
-            raise ValueError(f"estimator must be one of {_ESTIMATORS}, got {estimator!r}")
+            raise ConfigError(f"estimator must be one of {_ESTIMATORS}, got {estimator!r}")
         if mask_after is not None and mask_after < 1:
-            raise ValueError(f"mask_after must be >= 1 or None, got {mask_after}")
+            raise ConfigError(f"mask_after must be >= 1 or None, got {mask_after}")
         self.estimator = estimator
         self.mask_after = mask_after
         self._lcd = LCD()

@@ -915,7 +915,7 @@ def compile_regex(
             (naming it: ``max_states=``, ``timeout=``, ``max_memory=``).
     """
     if not isinstance(pattern, str):
-        raise TypeError(f"a regex must be a str, got {type(pattern).__name__}")
+        raise RegexError(f"a regex must be a str, got {type(pattern).__name__}", repr(pattern))
     if dialect not in ("python", "ecma") or encoding not in ("utf-8", "json"):
         raise ValueError(f"unknown dialect {dialect!r} or encoding {encoding!r}")
     key = (pattern, max_states, max_memory, dialect, encoding)
