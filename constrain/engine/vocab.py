@@ -305,6 +305,13 @@ class TokenTrie:
             node_of_token=node_of_token,
         )
 
+    @cached_property
+    def native(self):
+        """This trie in the native core (`constrain.engine.native.Trie`), copied on first use."""
+        from constrain.engine.native import Trie
+
+        return Trie(self)
+
     def child_count(self, nodes: np.ndarray) -> np.ndarray:
         return self.child_start[nodes + 1] - self.child_start[nodes]
 

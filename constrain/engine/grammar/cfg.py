@@ -39,7 +39,7 @@ import numpy as np
 from constrain.engine.grammar.completion import Completions
 from constrain.engine.grammar.earley import ChartNode, EarleyParser
 from constrain.engine.grammar.ir import GrammarIR
-from constrain.engine.grammar.lexer import Lexer
+from constrain.engine.grammar.lexers import make_lexer
 from constrain.engine.grammar.lint import check_lexeme_ends
 from constrain.engine.regex import ByteDFA
 from constrain.engine.slices import admits
@@ -52,18 +52,10 @@ _FRESH = 0  # lexer state meaning "no lexeme in progress"
 _MAX_CACHED_STATES = 2**16  # states whose expected and forced bytes are remembered
 
 
-class _Piece:
-    __slots__ = ("tokens", "groups")
-
-    def __init__(self, tokens: np.ndarray, groups: list[tuple[frozenset[int], np.ndarray]]):
-        self.tokens = tokens
-        self.groups = groups
-
-
 class CFGAutomaton:
     """A validated `GrammarIR` as an `Automaton` (see the module docstring)."""
 
-    def __init__(self, ir: GrammarIR, *, lint: bool = True):
+    def __init__(self, ir: GrammarIR, *, lint: bool = True, engine: str | None = None):
         if lint:  # off for generated grammars whose lexemes always end (JSON Schema)
             check_lexeme_ends(ir)
         self.ir = ir
@@ -75,7 +67,7 @@ class CFGAutomaton:
         )
         self.special_texts = frozenset(self.lexeme_table[i].special for i in self.specials)
         self.parser = EarleyParser(ir, self.lexeme_ids)
-        self.lexer = Lexer(self.lexeme_table)
+        self.lexer = make_lexer(self.lexeme_table, engine)
         self._pieces: weakref.WeakKeyDictionary[TokenTrie, dict] = weakref.WeakKeyDictionary()
         self._admits: dict[tuple[int, int, ByteDFA], bool] = {}
         self._completions: Completions | None = None
@@ -113,10 +105,10 @@ class CFGAutomaton:
         for b in data:
             t = lexer.row(s)[b]
             if not t:
-                tag = lexer.tag[s]
-                if not lexer.can_end[tag, b]:  # nothing ends here, or a keyword inside a word
+                tag = lexer.tag_of(s)
+                if not lexer.ends_before(tag)[b]:  # nothing ends here, or a keyword in a word
                     return None
-                node = self._end(node, lexer.tag_sets[tag])
+                node = self._end(node, lexer.tag_set(tag))
                 if node is None:
                     return None
                 t = lexer.row(self._start(node))[b]
@@ -130,8 +122,8 @@ class CFGAutomaton:
         node, s = state
         if s == _FRESH:
             return node
-        tag = self.lexer.tag[s]
-        return self._end(node, self.lexer.tag_sets[tag]) if tag else None
+        tag = self.lexer.tag_of(s)
+        return self._end(node, self.lexer.tag_set(tag)) if tag else None
 
     def allowed_specials(self, state: tuple) -> frozenset[str]:
         after = self._after_lexeme(state)
@@ -165,7 +157,7 @@ class CFGAutomaton:
         found = set(lexer.live_bytes(self._start(node) if s == _FRESH else s))
         after = self._after_lexeme(state) if s != _FRESH else None
         if after is not None:
-            ends_before = lexer.can_end[lexer.tag[s]]
+            ends_before = lexer.ends_before(lexer.tag_of(s))
             found.update(b for b in lexer.live_bytes(self._start(after)) if ends_before[b])
         return _remember(self._expected, state, sorted(found))
 
@@ -228,53 +220,22 @@ class CFGAutomaton:
         if cache is None:
             cache = self._pieces[trie] = {}
         s = self._start(node) if s == _FRESH else s
+        roots = trie.children[trie.child_start[0] : trie.child_start[1]]
         found: list[np.ndarray] = []
-        stack = [
-            (node, ("root", s), lambda: self._walk(trie, np.zeros(1, np.int64), np.array([s])))
-        ]
+        stack = [(node, ("root", s), s, roots, True)]
         while stack:
-            node, key, compute = stack.pop()
+            node, key, start, starts, end_at_start = stack.pop()
             piece = cache.get(key)
             if piece is None:
-                piece = cache[key] = compute()
+                piece = cache[key] = self.lexer.walk(trie, start, starts, end_at_start)
             found.append(piece.tokens)
             for tags, children in piece.groups:
                 after = self._end(node, tags)
                 if after is None:
                     continue
                 start = self._start(after)
-                child_key = (start, children.tobytes())
-                stack.append((after, child_key, _starter(self, start, trie, children)))
+                stack.append((after, (start, children.tobytes()), start, children, False))
         return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
-
-    def _walk(self, trie: TokenTrie, nodes: np.ndarray, states: np.ndarray) -> _Piece:
-        """Walk inside the lexemes in progress from trie `nodes` (already read, in live lexer
-        `states`)."""
-        lexer = self.lexer
-        found = [trie.tokens_at(nodes[nodes != 0])]
-        ended_tags, ended_nodes = [], []
-        while len(nodes):
-            kids, owner = trie.expand(nodes)
-            if not len(kids):
-                break
-            st = states[owner]
-            data = trie.byte[kids]
-            nxt = lexer.next_states(st, data)
-            dead = nxt == 0
-            tags = lexer.tag[st]
-            ends = dead & lexer.can_end[tags, data]
-            if ends.any():
-                ended_tags.append(tags[ends])
-                ended_nodes.append(kids[ends])
-            live = ~dead
-            nodes, states = kids[live], nxt[live]
-            found.append(trie.tokens_at(nodes))
-        groups = []
-        if ended_tags:
-            tags_all, nodes_all = np.concatenate(ended_tags), np.concatenate(ended_nodes)
-            for t in np.unique(tags_all).tolist():
-                groups.append((lexer.tag_sets[t], nodes_all[tags_all == t]))
-        return _Piece(np.concatenate(found).astype(np.int32), groups)
 
 
 def _remember(cache: dict, state: tuple, value):
@@ -283,15 +244,3 @@ def _remember(cache: dict, state: tuple, value):
         cache.clear()
     cache[state] = value
     return value
-
-
-def _starter(automaton: CFGAutomaton, start: int, trie: TokenTrie, children: np.ndarray):
-    """The computation of a piece that starts a new lexeme (at lexer state `start`) with the
-    bytes of trie `children`."""
-
-    def compute() -> _Piece:
-        states = automaton.lexer.next_states(np.full(len(children), start), trie.byte[children])
-        live = states != 0
-        return automaton._walk(trie, children[live], states[live])
-
-    return compute

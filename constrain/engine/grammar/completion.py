@@ -209,7 +209,7 @@ class Completions:
         queue = deque([s])
         while queue:
             q = queue.popleft()
-            tag = int(lexer.tag[q])
+            tag = lexer.tag_of(q)
             if tag and tag not in tags_seen:
                 tags_seen.add(tag)
                 found.append((tag, _path(parents, q)))
@@ -235,7 +235,7 @@ class Completions:
         else:
             options = []
             for tag, suffix in self._lexeme_endings(s):
-                after = automaton._end(node, automaton.lexer.tag_sets[tag])
+                after = automaton._end(node, automaton.lexer.tag_set(tag))
                 if after is not None:
                     options.append((suffix, after))
         best, parts = _INF, None

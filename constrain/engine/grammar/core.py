@@ -175,6 +175,18 @@ class Grammar:
             raise GrammarError(f"the {kind} {source!r} matches no text: its language is empty")
         return cls(DFAAutomaton(dfa), kind=kind, source=source)
 
+    def with_engine(self, engine: str) -> Grammar:
+        """This grammar with its automaton in `engine`: "native" (the compiled core) or
+        "python" (the reference). Regexes and choices have one engine for now."""
+        if self.ir is None:
+            return self
+        copy = Grammar(
+            CFGAutomaton(self.ir, lint=False, engine=engine), kind=self.kind, source=self.source
+        )
+        copy.ir = self.ir
+        copy.check = self.check
+        return copy
+
     @property
     def automaton(self) -> Automaton:
         """The byte-level automaton that recognises this grammar's language."""

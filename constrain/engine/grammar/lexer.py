@@ -23,17 +23,58 @@ alive lexeme can read (joint byte classes of all the lexemes keep rows short).
 
 from __future__ import annotations
 
+from typing import NamedTuple, Protocol
+
 import numpy as np
 
 from constrain.engine.grammar.ir import Lexeme
 from constrain.engine.grammar.keywords import word_continuations
 from constrain.engine.regex.dfa import joint_byte_classes
+from constrain.engine.vocab import TokenTrie
 from constrain.errors import GrammarError
 
-__all__ = ["Lexer"]
+__all__ = ["ByteLexer", "Lexer", "Piece"]
 
 MAX_LEXER_STATES = 200_000
 _NOTHING = ((-1, 0),)  # the start state of an empty set of lexemes: it reads nothing
+
+
+class Piece(NamedTuple):
+    """What a walk of the vocabulary trie inside the lexemes in progress found: the tokens
+    read wholly inside them, and per set of lexemes ending (a tag's set) the trie nodes whose
+    byte ended them (a new lexeme starts with that byte)."""
+
+    tokens: np.ndarray
+    groups: list[tuple[frozenset[int], np.ndarray]]
+
+
+class ByteLexer(Protocol):
+    """What the grammar automaton asks of a lexer (`Lexer` here, `NativeLexer` compiled).
+    States are ints, 0 dead; a tag is the set of lexemes ending at a state (0: none)."""
+
+    @property
+    def n_states(self) -> int: ...
+
+    def start_of(self, lexemes: frozenset[int]) -> int: ...
+
+    def row(self, state: int) -> list[int]: ...
+
+    def rows(self, states: np.ndarray) -> np.ndarray: ...
+
+    def live_bytes(self, state: int) -> tuple[int, ...]: ...
+
+    def key(self, state: int) -> tuple: ...
+
+    def tag_of(self, state: int) -> int: ...
+
+    def tag_set(self, tag: int) -> frozenset[int]: ...
+
+    def ends_before(self, tag: int) -> np.ndarray: ...
+
+    def walk(self, trie: TokenTrie, state: int, starts: np.ndarray, end_at_start: bool) -> Piece:
+        """From `state`, read the trie subtrees of `starts` (each start's own byte first); a
+        byte no lexeme can read ends the lexemes of the tag where it may end before it (at a
+        start node only when `end_at_start`: a lexeme just started cannot end yet)."""
 
 
 class Lexer:
@@ -122,6 +163,51 @@ class Lexer:
     def key(self, state: int) -> tuple:
         """The (lexeme id, DFA state) pairs alive in `state`."""
         return tuple(pair for pair in self._combos[state] if pair[0] >= 0)
+
+    def tag_of(self, state: int) -> int:
+        return int(self.tag[state])
+
+    def tag_set(self, tag: int) -> frozenset[int]:
+        return self.tag_sets[tag]
+
+    def ends_before(self, tag: int) -> np.ndarray:
+        """The bytes before which the lexemes of `tag` may end (bool, 256)."""
+        return self.can_end[tag]
+
+    def walk(self, trie: TokenTrie, state: int, starts: np.ndarray, end_at_start: bool) -> Piece:
+        """See `ByteLexer.walk`: level by level with numpy."""
+        first = self.next_states(np.full(len(starts), state), trie.byte[starts])
+        dead = first == 0
+        ended_tags, ended_nodes = [], []
+        if end_at_start:
+            tag = self.tag[state]
+            ends = dead & self.can_end[tag, trie.byte[starts]]
+            ended_tags.append(np.full(int(ends.sum()), tag, dtype=np.int32))
+            ended_nodes.append(starts[ends])
+        nodes, states = starts[~dead], first[~dead]
+        found = [trie.tokens_at(nodes)]
+        while len(nodes):
+            kids, owner = trie.expand(nodes)
+            if not len(kids):
+                break
+            st = states[owner]
+            data = trie.byte[kids]
+            nxt = self.next_states(st, data)
+            dead = nxt == 0
+            tags = self.tag[st]
+            ends = dead & self.can_end[tags, data]
+            if ends.any():
+                ended_tags.append(tags[ends])
+                ended_nodes.append(kids[ends])
+            live = ~dead
+            nodes, states = kids[live], nxt[live]
+            found.append(trie.tokens_at(nodes))
+        groups = []
+        if ended_tags:
+            tags_all, nodes_all = np.concatenate(ended_tags), np.concatenate(ended_nodes)
+            for t in np.unique(tags_all).tolist():
+                groups.append((self.tag_sets[t], nodes_all[tags_all == t]))
+        return Piece(np.concatenate(found).astype(np.int32), groups)
 
     # -- construction -------------------------------------------------------------------------
 

@@ -1,0 +1,180 @@
+"""The two lexer engines behind one interface (`ByteLexer`): compiled, or the Python reference.
+
+`NativeLexer` runs the lexer of `constrain.engine.grammar.lexer` in C++ (the extension
+`constrain.engine.native`, built by ``pip install -e .``): the same product DFA, tags and
+longest-match ends, built lazily in the same way, and the vocabulary trie walk that computes a
+mask piece in one depth-first pass. The Python `Lexer` stays the executable specification;
+tests hold the two to the same masks.
+
+The engine is chosen per automaton (``engine="native"`` or ``"python"``); the default is the
+``CONSTRAIN_ENGINE`` environment variable, else native when the extension is built (a checkout
+without the build falls back to Python, with a warning once).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+
+from constrain.engine.grammar.ir import Lexeme
+from constrain.engine.grammar.keywords import word_continuations
+from constrain.engine.grammar.lexer import MAX_LEXER_STATES, ByteLexer, Lexer, Piece
+from constrain.engine.regex.dfa import joint_byte_classes
+from constrain.engine.vocab import TokenTrie
+from constrain.errors import ConfigError, GrammarError
+
+__all__ = ["ENGINES", "NativeLexer", "default_engine", "make_lexer", "native_available"]
+
+ENGINES = ("native", "python")
+_warned = False
+
+
+def native_available() -> bool:
+    """Whether the compiled core is built and importable."""
+    try:
+        import constrain.engine.native  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def default_engine() -> str:
+    """``CONSTRAIN_ENGINE`` if set, else "native" when it is built, else "python"."""
+    global _warned
+    chosen = os.environ.get("CONSTRAIN_ENGINE")
+    if chosen:
+        return chosen
+    if native_available():
+        return "native"
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            "the native engine core is not built (pip install -e .): using the Python engine",
+            stacklevel=3,
+        )
+    return "python"
+
+
+def make_lexer(table: Sequence[Lexeme], engine: str | None = None) -> ByteLexer:
+    """The lexer of `table` in `engine` ("native", "python"; None: `default_engine()`)."""
+    engine = engine or default_engine()
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {ENGINES}, not {engine!r}")
+    if engine == "python":
+        return Lexer(list(table))
+    if not native_available():
+        raise ConfigError("engine='native' asked for, but the native core is not built")
+    return NativeLexer(table)
+
+
+class NativeLexer:
+    """`Lexer`'s product DFA in C++ (see the module docstring); a `ByteLexer`."""
+
+    def __init__(self, table: Sequence[Lexeme]):
+        import constrain.engine.native as native
+
+        self._native_module = native
+        self._table = list(table)
+        with_bytes = [i for i, lx in enumerate(self._table) if lx.special is None]
+        classes, representatives = joint_byte_classes([self._table[i].dfa for i in with_bytes])
+        ids = {lx.name: i for i, lx in enumerate(self._table)}
+        specs = []
+        for lx in self._table:
+            if lx.special is not None:  # never started: a dead one-state stand-in
+                none = np.zeros((1, 1), dtype=np.int32)
+                joint = np.zeros(len(representatives), np.int32)
+                specs.append((none, np.zeros(1, np.uint8), joint, 0, 0, [], None))
+                continue
+            dfa = lx.dfa
+            own = dfa.byte_classes()
+            first_byte = np.unique(own, return_index=True)[1]
+            owners = sorted(ids[n] for n in lx.keyword_of if n in ids)
+            blocked = None
+            if owners:
+                words = [self._table[i].dfa for i in owners]
+                blocked = word_continuations(dfa, words).astype(np.uint8)
+            specs.append(
+                (
+                    np.ascontiguousarray(dfa.transitions[:, first_byte], dtype=np.int32),
+                    dfa.accepting.astype(np.uint8),
+                    own[representatives].astype(np.int32),
+                    int(dfa.start),
+                    int(lx.priority),
+                    owners,
+                    blocked,
+                )
+            )
+        self._lexer = native.Lexer(classes, len(representatives), specs, MAX_LEXER_STATES)
+        self._rows: list[list[int] | None] = []
+        self._live: dict[int, tuple[int, ...]] = {}
+        self._tag_sets: dict[int, frozenset[int]] = {}
+        self._ends: dict[int, np.ndarray] = {}
+
+    def _call(self, fn, *args):
+        """`fn(*args)`, with the lexer's state budget reported as Python's lexer reports it."""
+        try:
+            return fn(*args)
+        except self._native_module.LexerLimit as exc:
+            names = sorted({self._table[j].name for j in exc.lexemes})
+            raise GrammarError(
+                f"the lexer exceeds {MAX_LEXER_STATES} states (reached with terminals "
+                f"{', '.join(names[:8])}{', ...' if len(names) > 8 else ''})"
+            ) from None
+
+    @property
+    def n_states(self) -> int:
+        return self._lexer.n_states
+
+    def start_of(self, lexemes: frozenset[int]) -> int:
+        return self._call(self._lexer.start_of, sorted(lexemes))
+
+    def row(self, state: int) -> list[int]:
+        rows = self._rows
+        if state < len(rows):
+            found = rows[state]
+            if found is not None:
+                return found
+        else:
+            rows.extend([None] * (state + 1 - len(rows)))
+        found = rows[state] = self._call(self._lexer.row, state)
+        return found
+
+    def rows(self, states: np.ndarray) -> np.ndarray:
+        return np.array([self.row(int(s)) for s in states], dtype=np.int32).reshape(-1, 256)
+
+    def live_bytes(self, state: int) -> tuple[int, ...]:
+        found = self._live.get(state)
+        if found is None:
+            row = self.row(state)
+            found = self._live[state] = tuple(b for b in range(256) if row[b])
+        return found
+
+    def key(self, state: int) -> tuple:
+        return tuple(self._lexer.key(state))
+
+    def tag_of(self, state: int) -> int:
+        return self._lexer.tag_of(state)
+
+    def tag_set(self, tag: int) -> frozenset[int]:
+        found = self._tag_sets.get(tag)
+        if found is None:
+            found = self._tag_sets[tag] = frozenset(self._lexer.tag_set(tag))
+        return found
+
+    def ends_before(self, tag: int) -> np.ndarray:
+        found = self._ends.get(tag)
+        if found is None:
+            found = self._ends[tag] = self._lexer.ends_before(tag).astype(bool)
+        return found
+
+    def walk(self, trie: TokenTrie, state: int, starts: np.ndarray, end_at_start: bool) -> Piece:
+        tokens, ends = self._call(
+            self._lexer.walk, trie.native, state, np.asarray(starts, dtype=np.int64), end_at_start
+        )
+        return Piece(tokens, [(self.tag_set(tag), nodes) for tag, nodes in ends])
+
+    def __repr__(self) -> str:
+        return f"NativeLexer(lexemes={len(self._table)}, states={self.n_states})"

@@ -1,0 +1,212 @@
+// Python bindings of the native engine core: `constrain.engine.native`.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+
+#include "lexer.hpp"
+#include "trie.hpp"
+
+namespace py = pybind11;
+using namespace constrain;
+
+namespace {
+
+template <typename T>
+using Array = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+template <typename T>
+std::vector<T> to_vector(const Array<T>& a) {
+    return std::vector<T>(a.data(), a.data() + a.size());
+}
+
+template <typename T>
+py::array_t<T> to_array(std::vector<T>&& v) {
+    auto* owned = new std::vector<T>(std::move(v));
+    py::capsule free(owned, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+    return py::array_t<T>({py::ssize_t(owned->size())}, {py::ssize_t(sizeof(T))}, owned->data(),
+                          free);
+}
+
+LexemeDFA lexeme_from(const py::tuple& spec) {
+    // (table (n, own classes) int32, accepting bool (n,), own class of each joint class,
+    //  start, priority, owners [ids], blocked bool (256,) or None)
+    LexemeDFA dfa;
+    auto table = spec[0].cast<Array<int32_t>>();
+    if (table.ndim() != 2) throw py::value_error("a lexeme table must be 2-D");
+    dfa.n_own = int(table.shape(1));
+    dfa.table = to_vector(table);
+    auto accepting = spec[1].cast<Array<uint8_t>>();
+    dfa.accepting = to_vector(accepting);
+    if (dfa.accepting.size() != size_t(table.shape(0)))
+        throw py::value_error("accepting and table disagree on the number of states");
+    dfa.own_of_joint = to_vector(spec[2].cast<Array<int32_t>>());
+    for (int32_t own : dfa.own_of_joint)
+        if (own < 0 || own >= dfa.n_own) throw py::value_error("own class out of range");
+    for (int32_t t : dfa.table)
+        if (t < 0 || size_t(t) >= dfa.accepting.size())
+            throw py::value_error("a lexeme transition leads outside its table");
+    dfa.start = spec[3].cast<int32_t>();
+    if (dfa.start < 0 || size_t(dfa.start) >= dfa.accepting.size())
+        throw py::value_error("a lexeme start state is outside its table");
+    dfa.priority = spec[4].cast<int>();
+    dfa.owners = spec[5].cast<std::vector<int>>();
+    if (!spec[6].is_none()) {
+        auto blocked = spec[6].cast<Array<uint8_t>>();
+        if (blocked.size() != 256) throw py::value_error("blocked must have 256 entries");
+        for (int b = 0; b < 256; ++b) dfa.blocked[size_t(b)] = blocked.data()[b];
+    }
+    return dfa;
+}
+
+Trie trie_from(const py::object& t) {
+    Trie trie;
+    trie.byte = to_vector(t.attr("byte").cast<Array<uint8_t>>());
+    trie.depth = to_vector(t.attr("depth").cast<Array<int32_t>>());
+    trie.subtree_end = to_vector(t.attr("subtree_end").cast<Array<int64_t>>());
+    trie.token_start = to_vector(t.attr("token_start").cast<Array<int64_t>>());
+    trie.tokens = to_vector(t.attr("tokens").cast<Array<int64_t>>());
+    trie.child_start = to_vector(t.attr("child_start").cast<Array<int64_t>>());
+    trie.children = to_vector(t.attr("children").cast<Array<int64_t>>());
+    return trie;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(native, m) {
+    m.doc() = "The native engine core: the lexer's product DFA and the vocabulary trie walks.";
+    // the module attribute keeps the type alive for the translator below
+    static PyObject* limit_type = py::exception<LexerLimit>(m, "LexerLimit").ptr();
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const LexerLimit& e) {
+            py::object err = py::reinterpret_borrow<py::object>(limit_type)(py::str(e.what()));
+            err.attr("lexemes") = py::cast(e.lexemes);
+            PyErr_SetObject(limit_type, err.ptr());
+        }
+    });
+
+    py::class_<Trie>(m, "Trie")
+        .def(py::init(&trie_from), py::arg("trie"))
+        .def(
+            "walk_dfa",
+            [](const Trie& trie, const Array<int32_t>& table, int32_t state,
+               const std::optional<Array<uint8_t>>& accepting) {
+                if (table.ndim() != 2 || table.shape(1) != 256)
+                    throw py::value_error("a DFA table must be (n, 256)");
+                const uint8_t* acc = nullptr;
+                if (accepting) {
+                    if (accepting->size() != table.shape(0))
+                        throw py::value_error("accepting must have one entry per state");
+                    acc = accepting->data();
+                }
+                for (py::ssize_t i = 0; i < table.size(); ++i)
+                    if (table.data()[i] < 0 || table.data()[i] >= table.shape(0))
+                        throw py::value_error("a transition leads outside the table");
+                return to_array(walk_dfa(trie, table.data(), table.shape(0), state, acc));
+            },
+            py::arg("table"), py::arg("state"), py::arg("accepting") = py::none());
+
+    py::class_<Lexer>(m, "Lexer")
+        .def(py::init([](const Array<int64_t>& classes, int n_joint, const py::list& lexemes,
+                         size_t max_states) {
+                 if (classes.size() != 256) throw py::value_error("classes must have 256 entries");
+                 std::array<int32_t, 256> cls{};
+                 for (int b = 0; b < 256; ++b) {
+                     cls[size_t(b)] = int32_t(classes.data()[b]);
+                     if (cls[size_t(b)] < 0 || cls[size_t(b)] >= n_joint)
+                         throw py::value_error("byte class out of range");
+                 }
+                 std::vector<LexemeDFA> dfas;
+                 for (const auto& spec : lexemes) {
+                     dfas.push_back(lexeme_from(spec.cast<py::tuple>()));
+                     if (dfas.back().own_of_joint.size() != size_t(n_joint))
+                         throw py::value_error("own classes must cover every joint class");
+                     for (int owner : dfas.back().owners)
+                         if (owner < 0 || size_t(owner) >= size_t(py::len(lexemes)))
+                             throw py::value_error("keyword owner out of range");
+                 }
+                 return Lexer(cls, n_joint, std::move(dfas), max_states);
+             }),
+             py::arg("classes"), py::arg("n_joint"), py::arg("lexemes"), py::arg("max_states"))
+        .def_property_readonly("n_states", &Lexer::n_states)
+        .def_property_readonly("n_tags", &Lexer::n_tags)
+        .def("start_of", &Lexer::start_of, py::arg("lexemes"))
+        .def(
+            "next_states",
+            [](Lexer& lx, const Array<int64_t>& states, const Array<int64_t>& data) {
+                if (states.size() != data.size())
+                    throw py::value_error("states and data differ in length");
+                std::vector<int32_t> out(size_t(states.size()));
+                for (py::ssize_t i = 0; i < states.size(); ++i) {
+                    int64_t s = states.data()[i], b = data.data()[i];
+                    if (s < 0 || size_t(s) >= lx.n_states() || b < 0 || b > 255)
+                        throw py::value_error("state or byte out of range");
+                    out[size_t(i)] = lx.next(int32_t(s), uint8_t(b));
+                }
+                return to_array(std::move(out));
+            },
+            py::arg("states"), py::arg("data"))
+        .def(
+            "row",
+            [](Lexer& lx, int32_t state) {
+                if (state < 0 || size_t(state) >= lx.n_states())
+                    throw py::value_error("state out of range");
+                const int32_t* row = lx.row(state);
+                std::vector<int32_t> out(256);
+                for (int b = 0; b < 256; ++b) out[size_t(b)] = row[lx.classes()[size_t(b)]];
+                return out;
+            },
+            py::arg("state"))
+        .def(
+            "tag_of",
+            [](const Lexer& lx, int32_t state) {
+                if (state < 0 || size_t(state) >= lx.n_states())
+                    throw py::value_error("state out of range");
+                return lx.tag(state);
+            },
+            py::arg("state"))
+        .def(
+            "tag_set",
+            [](const Lexer& lx, int32_t tag) {
+                if (tag < 0 || size_t(tag) >= lx.n_tags()) throw py::value_error("tag out of range");
+                return lx.tag_set(tag);
+            },
+            py::arg("tag"))
+        .def(
+            "ends_before",
+            [](const Lexer& lx, int32_t tag) {
+                if (tag < 0 || size_t(tag) >= lx.n_tags()) throw py::value_error("tag out of range");
+                std::vector<uint8_t> out(256);
+                for (int b = 0; b < 256; ++b) out[size_t(b)] = lx.can_end(tag, uint8_t(b));
+                return to_array(std::move(out));
+            },
+            py::arg("tag"))
+        .def(
+            "key",
+            [](const Lexer& lx, int32_t state) {
+                if (state < 0 || size_t(state) >= lx.n_states())
+                    throw py::value_error("state out of range");
+                return lx.key(state);
+            },
+            py::arg("state"))
+        .def(
+            "walk",
+            [](Lexer& lx, const Trie& trie, int32_t state, const Array<int64_t>& starts,
+               bool end_at_start) {
+                if (state <= 0 || size_t(state) >= lx.n_states())
+                    throw py::value_error("state out of range");
+                std::vector<int64_t> roots = to_vector(starts);
+                for (int64_t r : roots)
+                    if (r <= 0 || size_t(r) >= trie.n_nodes())
+                        throw py::value_error("start node out of range");
+                Piece piece = walk_lexer(lx, trie, state, roots, end_at_start);
+                py::list ends;
+                for (auto& [tag, nodes] : piece.ends)
+                    ends.append(py::make_tuple(tag, to_array(std::move(nodes))));
+                return py::make_tuple(to_array(std::move(piece.tokens)), ends);
+            },
+            py::arg("trie"), py::arg("state"), py::arg("starts"), py::arg("end_at_start"));
+}

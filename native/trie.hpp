@@ -1,0 +1,41 @@
+// The vocabulary trie and the walks that compute masks: tokens whose bytes keep an automaton
+// live, skipping the subtree of every rejected prefix. References: TokenTrie.tokens_read_by
+// (constrain/engine/vocab.py) and CFGAutomaton._walk (constrain/engine/grammar/cfg.py).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "lexer.hpp"
+
+namespace constrain {
+
+// A TokenTrie's arrays (nodes in DFS order, node 0 the root).
+struct Trie {
+    std::vector<uint8_t> byte;
+    std::vector<int32_t> depth;
+    std::vector<int64_t> subtree_end, token_start, tokens, child_start, children;
+
+    size_t n_nodes() const { return byte.size(); }
+};
+
+// What a walk inside the lexemes in progress found: the tokens read wholly inside them, and
+// per tag the trie nodes whose byte ended a lexeme of that tag (a new lexeme starts there).
+struct Piece {
+    std::vector<int32_t> tokens;
+    std::map<int32_t, std::vector<int64_t>> ends;
+};
+
+// From lexer `state`, read the subtrees of `starts` (each start node's own byte first). A dead
+// byte ends the lexeme when the state's tag may end before it; at a start node only when
+// `end_at_start` (false when the state has just started a lexeme: nothing can end yet).
+Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vector<int64_t>& starts,
+                 bool end_at_start);
+
+// The tokens whose bytes lead a byte DFA (table n x 256, state 0 dead) from `state` to a live
+// state, or to an accepting one when `accepting` is given.
+std::vector<int32_t> walk_dfa(const Trie& trie, const int32_t* table, int64_t n_states,
+                              int32_t state, const uint8_t* accepting);
+
+}  // namespace constrain

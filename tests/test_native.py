@@ -1,0 +1,131 @@
+"""The native engine core against the Python reference engine: the same mask, bit for bit.
+
+`Grammar.with_engine("python")` and ``("native")`` build the same grammar's automaton in each
+engine; every test walks both through the same token sequences and compares the full mask at
+every position, `check` for the token taken, and `accepting()` at the end. The Python engine is
+the specification (it is itself held to `re`, `jsonschema`, `lark` and brute force elsewhere).
+The full MaskBench run is ``python -m constrain.bench.differential``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import constrain as cn
+from constrain.engine.grammar.lexers import native_available
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+pytestmark = pytest.mark.skipif(not native_available(), reason="the native core is not built")
+
+
+def assert_same_masks(grammar: cn.Grammar, vocab, tokens: list[int]) -> bool:
+    """Walk `tokens` in both engines: equal masks before each token and after the last, equal
+    checks; stop at the first refused token. Returns whether every token was accepted and the
+    text is complete."""
+    python = cn.Constraint(grammar.with_engine("python"), vocab).start()
+    native = cn.Constraint(grammar.with_engine("native"), vocab).start()
+    for i, token in enumerate(tokens):
+        a, b = python.mask(), native.mask()
+        if not np.array_equal(a, b):
+            diff = np.flatnonzero(a != b)[:10].tolist()
+            texts = [vocab.token_bytes(t) for t in diff]
+            pytest.fail(f"masks differ at token {i}: ids {diff} {texts} (python has {a[diff]})")
+        ok = python.check(token)
+        assert native.check(token) == ok, (i, token)
+        if not ok:
+            return False
+        python.advance(token)
+        native.advance(token)
+    assert np.array_equal(python.mask(), native.mask()), "after the last token"
+    assert python.accepting() == native.accepting()
+    return python.accepting()
+
+
+def _maskbench_sample(per_subset: int, seed: int = 0):
+    """(schema, instances) of `per_subset` schemas per MaskBench subset, drawn with `seed`."""
+    rng = random.Random(seed)
+    for path in sorted((DATA / "maskbench").glob("*.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().split("\n") if line.strip()]
+        for row in rng.sample(rows, min(per_subset, len(rows))):
+            yield path.stem, row
+
+
+@pytest.mark.skipif(not (DATA / "maskbench").exists(), reason="no shared MaskBench data")
+def test_maskbench_sample_same_masks(smollm_vocab):
+    """Two schemas per subset, every instance (valid and invalid), every position."""
+    compared = 0
+    for subset, row in _maskbench_sample(2):
+        schema_path = DATA / "jsonschemabench" / subset / f"{row['id']}.json"
+        try:
+            grammar = cn.Grammar.from_json_schema(
+                json.loads(schema_path.read_text()), spellings="all", timeout=5
+            )
+        except cn.ConstrainError:
+            continue
+        for value in [*row["valid"], *row["invalid"]]:
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+            assert_same_masks(grammar, smollm_vocab, smollm_vocab.encode(text))
+            compared += 1
+    assert compared >= 10
+
+
+_LIBRARY = ["json", "sql", "python_expr", "arithmetic", "csv"]
+_TEXTS = {
+    "json": ['{"a": [1, 2.5, true, null], "b": "x\\u00e9"}', "[1,,2]"],
+    "sql": ["SELECT name FROM users WHERE age > 30", "SELECT a FROMusers"],
+    "python_expr": ["f(x, y=2) + [i for i in range(3)]", "lambda: (1 +"],
+    "arithmetic": ["(1 + 2) * 3 - 4 / 5", "1 + * 2"],
+    "csv": ["a,b,c\n1,2,3\n", 'a,"b\n'],
+}
+
+
+@pytest.mark.parametrize("name", _LIBRARY)
+def test_library_grammars_same_masks(name, any_vocab):
+    grammar = cn.grammars.load(name)
+    for text in _TEXTS[name]:
+        assert_same_masks(grammar, any_vocab, any_vocab.encode(text))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_token_sequences_same_masks(data, smollm_vocab):
+    """Random walks: each next token drawn from the allowed ones (or any token, now and then)."""
+    name = data.draw(st.sampled_from(_LIBRARY))
+    grammar = cn.grammars.load(name)
+    python = cn.Constraint(grammar.with_engine("python"), smollm_vocab).start()
+    native = cn.Constraint(grammar.with_engine("native"), smollm_vocab).start()
+    for _ in range(data.draw(st.integers(1, 12))):
+        a, b = python.mask(), native.mask()
+        assert np.array_equal(a, b)
+        allowed = np.flatnonzero(a)
+        if not len(allowed):
+            break
+        token = int(allowed[data.draw(st.integers(0, len(allowed) - 1))])
+        if token in smollm_vocab.eos_ids:
+            break
+        python.advance(token)
+        native.advance(token)
+
+
+def test_lexer_limit_is_a_grammar_error(monkeypatch):
+    """The state budget holds in the native lexer and is reported as the Python one reports
+    it: a `GrammarError` naming the terminals."""
+    import constrain.engine.grammar.lexers as lexers
+
+    monkeypatch.setattr(lexers, "MAX_LEXER_STATES", 5)
+    grammar = cn.Grammar.from_lark("start: WORD\nWORD: /[a-z]{1,20}/").with_engine("native")
+    with pytest.raises(cn.GrammarError, match="WORD"):
+        grammar.automaton.step(grammar.automaton.start, b"abcdefghij")
+
+
+def test_unknown_engine_is_a_config_error():
+    with pytest.raises(cn.ConfigError, match="engine"):
+        cn.grammars.load("json").with_engine("rust")
