@@ -3,8 +3,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <optional>
-
 #include "lexer.hpp"
 #include "trie.hpp"
 
@@ -89,25 +87,27 @@ PYBIND11_MODULE(native, m) {
     });
 
     py::class_<Trie>(m, "Trie")
-        .def(py::init(&trie_from), py::arg("trie"))
+        .def(py::init(&trie_from), py::arg("trie"));
+
+    py::class_<DFATable>(m, "DFATable")
+        .def(py::init([](const Array<int32_t>& table) {
+                 if (table.ndim() != 2 || table.shape(1) != 256)
+                     throw py::value_error("a DFA table must be (n, 256)");
+                 DFATable out{to_vector(table), table.shape(0)};
+                 for (int32_t t : out.next)
+                     if (t < 0 || t >= out.n_states)
+                         throw py::value_error("a transition leads outside the table");
+                 return out;
+             }),
+             py::arg("table"))
         .def(
-            "walk_dfa",
-            [](const Trie& trie, const Array<int32_t>& table, int32_t state,
-               const std::optional<Array<uint8_t>>& accepting) {
-                if (table.ndim() != 2 || table.shape(1) != 256)
-                    throw py::value_error("a DFA table must be (n, 256)");
-                const uint8_t* acc = nullptr;
-                if (accepting) {
-                    if (accepting->size() != table.shape(0))
-                        throw py::value_error("accepting must have one entry per state");
-                    acc = accepting->data();
-                }
-                for (py::ssize_t i = 0; i < table.size(); ++i)
-                    if (table.data()[i] < 0 || table.data()[i] >= table.shape(0))
-                        throw py::value_error("a transition leads outside the table");
-                return to_array(walk_dfa(trie, table.data(), table.shape(0), state, acc));
+            "tokens",
+            [](const DFATable& dfa, const Trie& trie, int32_t state) {
+                if (state < 0 || state >= dfa.n_states) throw py::value_error("state out of range");
+                return to_array(walk_dfa(trie, dfa.next.data(), dfa.n_states, state, nullptr));
             },
-            py::arg("table"), py::arg("state"), py::arg("accepting") = py::none());
+            py::arg("trie"), py::arg("state"),
+            "The tokens whose bytes lead from `state` to a live state (a trie walk).");
 
     py::class_<Lexer>(m, "Lexer")
         .def(py::init([](const Array<int64_t>& classes, int n_joint, const py::list& lexemes,

@@ -33,6 +33,12 @@ struct Piece {
 Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vector<int64_t>& starts,
                  bool end_at_start);
 
+// A byte DFA's transitions (n x 256, state 0 dead), checked once when copied in.
+struct DFATable {
+    std::vector<int32_t> next;
+    int64_t n_states = 0;
+};
+
 // The tokens whose bytes lead a byte DFA (table n x 256, state 0 dead) from `state` to a live
 // state, or to an accepting one when `accepting` is given.
 std::vector<int32_t> walk_dfa(const Trie& trie, const int32_t* table, int64_t n_states,

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import constrain as cn
-from constrain.engine.grammar.lexers import native_available
+from constrain.engine.engines import native_available
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -129,3 +129,13 @@ def test_lexer_limit_is_a_grammar_error(monkeypatch):
 def test_unknown_engine_is_a_config_error():
     with pytest.raises(cn.ConfigError, match="engine"):
         cn.grammars.load("json").with_engine("rust")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pattern=st.sampled_from(["[a-z]+( [a-z]+)*", "-?(0|[1-9][0-9]*)(\\.[0-9]+)?", "(ab|é)*x?"]),
+    text=st.text(st.sampled_from("ab x-0.19é"), max_size=8),
+)
+def test_regex_masks_same(pattern, text, any_vocab):
+    """A regex's trie walk: the same masks along any text."""
+    assert_same_masks(cn.Grammar.from_regex(pattern), any_vocab, any_vocab.encode(text))

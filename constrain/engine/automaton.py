@@ -26,6 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
+from constrain.engine.engines import resolve_engine
 from constrain.engine.regex import ByteDFA
 from constrain.engine.slices import admits
 from constrain.engine.vocab import TokenTrie
@@ -80,15 +81,18 @@ class TextCheck(Protocol):
 
 
 class DFAAutomaton:
-    """A minimal byte DFA (dead state 0, every other state live) as an `Automaton`."""
+    """A minimal byte DFA (dead state 0, every other state live) as an `Automaton`; its trie
+    walks run in `engine` ("native" or "python"; None: `default_engine()`)."""
 
-    def __init__(self, dfa: ByteDFA):
+    def __init__(self, dfa: ByteDFA, engine: str | None = None):
         self.dfa = dfa
+        self.engine = resolve_engine(engine)
         self.start: int = dfa.start
         self._table = dfa.transitions
         self._accepting = dfa.accepting
         self._can_continue = (self._table != 0).any(axis=1)
         self._admits: dict[tuple[int, ByteDFA], bool] = {}
+        self._native_table = None  # the transitions copied into the native core, on first use
 
     def step(self, state: int, data: bytes) -> int | None:
         nxt = self.dfa.walk(state, data)
@@ -125,4 +129,10 @@ class DFAAutomaton:
         return found
 
     def token_ids(self, state: int, trie: TokenTrie) -> np.ndarray:
-        return trie.tokens_read_by(self._table, state)
+        if self.engine == "python":
+            return trie.tokens_read_by(self._table, state)
+        if self._native_table is None:
+            from constrain.engine.native import DFATable
+
+            self._native_table = DFATable(self._table)
+        return self._native_table.tokens(trie.native, state)

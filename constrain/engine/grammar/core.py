@@ -177,12 +177,12 @@ class Grammar:
 
     def with_engine(self, engine: str) -> Grammar:
         """This grammar with its automaton in `engine`: "native" (the compiled core) or
-        "python" (the reference). Regexes and choices have one engine for now."""
+        "python" (the reference; see `constrain.engine.engines`)."""
         if self.ir is None:
-            return self
-        copy = Grammar(
-            CFGAutomaton(self.ir, lint=False, engine=engine), kind=self.kind, source=self.source
-        )
+            automaton = DFAAutomaton(self._automaton.dfa, engine=engine)
+        else:
+            automaton = CFGAutomaton(self.ir, lint=False, engine=engine)
+        copy = Grammar(automaton, kind=self.kind, source=self.source)
         copy.ir = self.ir
         copy.check = self.check
         return copy

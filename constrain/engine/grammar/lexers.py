@@ -6,67 +6,30 @@ longest-match ends, built lazily in the same way, and the vocabulary trie walk t
 mask piece in one depth-first pass. The Python `Lexer` stays the executable specification;
 tests hold the two to the same masks.
 
-The engine is chosen per automaton (``engine="native"`` or ``"python"``); the default is the
-``CONSTRAIN_ENGINE`` environment variable, else native when the extension is built (a checkout
-without the build falls back to Python, with a warning once).
+The engine is chosen per automaton (see `constrain.engine.engines`).
 """
 
 from __future__ import annotations
 
-import os
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
 
+from constrain.engine.engines import resolve_engine
 from constrain.engine.grammar.ir import Lexeme
 from constrain.engine.grammar.keywords import word_continuations
 from constrain.engine.grammar.lexer import MAX_LEXER_STATES, ByteLexer, Lexer, Piece
 from constrain.engine.regex.dfa import joint_byte_classes
 from constrain.engine.vocab import TokenTrie
-from constrain.errors import ConfigError, GrammarError
+from constrain.errors import GrammarError
 
-__all__ = ["ENGINES", "NativeLexer", "default_engine", "make_lexer", "native_available"]
-
-ENGINES = ("native", "python")
-_warned = False
-
-
-def native_available() -> bool:
-    """Whether the compiled core is built and importable."""
-    try:
-        import constrain.engine.native  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def default_engine() -> str:
-    """``CONSTRAIN_ENGINE`` if set, else "native" when it is built, else "python"."""
-    global _warned
-    chosen = os.environ.get("CONSTRAIN_ENGINE")
-    if chosen:
-        return chosen
-    if native_available():
-        return "native"
-    if not _warned:
-        _warned = True
-        warnings.warn(
-            "the native engine core is not built (pip install -e .): using the Python engine",
-            stacklevel=3,
-        )
-    return "python"
+__all__ = ["NativeLexer", "make_lexer"]
 
 
 def make_lexer(table: Sequence[Lexeme], engine: str | None = None) -> ByteLexer:
-    """The lexer of `table` in `engine` ("native", "python"; None: `default_engine()`)."""
-    engine = engine or default_engine()
-    if engine not in ENGINES:
-        raise ConfigError(f"engine must be one of {ENGINES}, not {engine!r}")
-    if engine == "python":
+    """The lexer of `table` in `engine` ("native", "python"; None: the default)."""
+    if resolve_engine(engine) == "python":
         return Lexer(list(table))
-    if not native_available():
-        raise ConfigError("engine='native' asked for, but the native core is not built")
     return NativeLexer(table)
 
 
