@@ -6,7 +6,7 @@ PIP    := $(BIN)/pip install -q --disable-pip-version-check -c constraints.txt
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_VERBOSITY := error
 
-.PHONY: demo test test-slow bench bench-models jsonschemabench conformance lint clean
+.PHONY: demo test test-sanitize test-slow bench bench-models jsonschemabench conformance lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,18 @@ test: $(VENV)/.dev
 
 test-slow: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -m slow
+
+# the native core rebuilt with AddressSanitizer and UndefinedBehaviorSanitizer, its differential
+# and fuzz tests run under them (libasan preloaded, as CPython is not instrumented, and
+# libstdc++ with it so that C++ exceptions are intercepted), then the normal build put back
+SANITIZER_ENV := LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(g++ -print-file-name=libstdc++.so)" \
+	ASAN_OPTIONS=detect_leaks=0 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+test-sanitize: $(VENV)/.dev
+	CONSTRAIN_SANITIZE=1 $(BIN)/python setup.py -q build_ext --inplace --force
+	$(SANITIZER_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/test_native.py tests/test_native_fuzz.py; \
+	status=$$?; $(BIN)/python setup.py -q build_ext --inplace --force; exit $$status
 
 # plots of the benchmark reports
 $(VENV)/.bench: $(VENV)/.dev

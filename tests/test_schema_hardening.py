@@ -13,6 +13,7 @@ import random
 import time
 
 import jsonschema
+import numpy as np
 import pytest
 from contract import accepts_text, assert_mask_matches_checks
 from hypothesis import HealthCheck, given, settings
@@ -447,6 +448,14 @@ def test_every_escape_accepts_a_spelling_iff_re_accepts_its_value(pattern, text,
     from constrain.jsonschema.spellings import every_escape
 
     dfa = every_escape(quoted(compile_regex(pattern, encoding="json")))
+    live = dfa.accepting.copy()  # every state but the dead one can still reach acceptance
+    while True:
+        grown = live | live[dfa.transitions].any(axis=1)
+        grown[0] = False
+        if (grown == live).all():
+            break
+        live = grown
+    assert live[1:].all(), f"states {np.flatnonzero(~live[1:]) + 1} of /{pattern}/ lead nowhere"
     spelled = _spelled(text, choices)
     assert json.loads(spelled) == text
     assert dfa.matches(spelled) == bool(re.fullmatch(pattern, text)), spelled

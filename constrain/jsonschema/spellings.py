@@ -352,7 +352,8 @@ def _expanded(dfa: ByteDFA, in_string: bool, tick: Callable[[], object]) -> Byte
     inside = _boundaries(dfa, in_string, escapes, tick)
     if not inside:
         return dfa
-    backslash = {state: escapes.escape(chars) for state, chars in inside.items()}
+    # a state that reads no character gets no backslash (it would lead nowhere)
+    backslash = {state: escapes.escape(chars) for state, chars in inside.items() if chars}
     n = dfa.n_states
     trans = np.zeros((n + len(escapes.rows), 256), dtype=np.int32)
     trans[:n] = dfa.transitions
