@@ -12,6 +12,18 @@ SOURCES = ["native/lexer.cpp", "native/trie.cpp", "native/module.cpp"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-g"]
 sanitize = os.environ.get("CONSTRAIN_SANITIZE") == "1"
 
+
+class AtomicBuildExt(build_ext):
+    """`build_ext` whose in-place copy replaces the module file atomically: an interpreter
+    already running keeps the old file mapped, instead of seeing it rewritten under it."""
+
+    def copy_file(self, infile, outfile, *args, **kwargs):
+        temporary = f"{outfile}.{os.getpid()}.tmp"
+        _, copied = super().copy_file(infile, temporary, *args, **kwargs)
+        os.replace(temporary, outfile)
+        return outfile, copied
+
+
 native = Pybind11Extension(
     "constrain.engine.native",
     SOURCES,
@@ -21,4 +33,4 @@ native = Pybind11Extension(
     depends=["native/lexer.hpp", "native/trie.hpp"],
 )
 
-setup(ext_modules=[native], cmdclass={"build_ext": build_ext})
+setup(ext_modules=[native], cmdclass={"build_ext": AtomicBuildExt})
