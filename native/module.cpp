@@ -135,21 +135,6 @@ PYBIND11_MODULE(native, m) {
         .def_property_readonly("n_tags", &Lexer::n_tags)
         .def("start_of", &Lexer::start_of, py::arg("lexemes"))
         .def(
-            "next_states",
-            [](Lexer& lx, const Array<int64_t>& states, const Array<int64_t>& data) {
-                if (states.size() != data.size())
-                    throw py::value_error("states and data differ in length");
-                std::vector<int32_t> out(size_t(states.size()));
-                for (py::ssize_t i = 0; i < states.size(); ++i) {
-                    int64_t s = states.data()[i], b = data.data()[i];
-                    if (s < 0 || size_t(s) >= lx.n_states() || b < 0 || b > 255)
-                        throw py::value_error("state or byte out of range");
-                    out[size_t(i)] = lx.next(int32_t(s), uint8_t(b));
-                }
-                return to_array(std::move(out));
-            },
-            py::arg("states"), py::arg("data"))
-        .def(
             "row",
             [](Lexer& lx, int32_t state) {
                 if (state < 0 || size_t(state) >= lx.n_states())
