@@ -185,9 +185,7 @@ def test_timeout_holds_in_minimisation():
     t0 = time.perf_counter()
     with pytest.raises(RegexError, match=r"time limit of 3 s \(timeout=\)"):
         compile_regex("[a-z]{1,20000}", timeout=3.0)
-    # wall time: the slack covers one stage between checks on a loaded machine (4.75 s seen
-    # with three processes on two cores), far from the 10 s and more it ran before
-    assert time.perf_counter() - t0 < 3.0 + 3.0
+    assert time.perf_counter() - t0 < 3.0 + 1.5
 
 
 def test_memory_budget_holds_for_bounded_repetitions_of_groups():

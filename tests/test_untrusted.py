@@ -170,7 +170,7 @@ def test_grammar_compile_time_is_bounded_as_a_whole():
     t0 = time.perf_counter()
     with pytest.raises(GrammarError, match=r"time limit of 1 s \(timeout=\), at terminal T"):
         cn.Grammar.from_lark(text, timeout=1.0)
-    assert time.perf_counter() - t0 < 1.0 + 3.0  # slack for a loaded machine; it was 15 s+
+    assert time.perf_counter() - t0 < 1.0 + 1.5
 
 
 # -- hostile text ----------------------------------------------------------------------------------
