@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from constrain.bench import conformance
 
 
@@ -50,10 +52,11 @@ def test_test_suite_counts_groups_and_invalid_acceptances(tmp_path, smollm_vocab
     assert "**2/4**" in conformance.test_suite_table(records)
 
 
-def test_maskbench_passes_fails_and_errors(tmp_path):
-    schemas = tmp_path / "jsonschemabench" / "Tiny"
+def _tiny_maskbench(root):
+    """Three schemas: one passing, one with an unsupported pattern, one with unique items."""
+    schemas = root / "jsonschemabench" / "Tiny"
     schemas.mkdir(parents=True)
-    (tmp_path / "maskbench").mkdir()
+    (root / "maskbench").mkdir()
     (schemas / "a.json").write_text(json.dumps({"type": "object", "required": ["x"]}))
     (schemas / "b.json").write_text(json.dumps({"type": "string", "pattern": "(?<=a)b"}))
     (schemas / "c.json").write_text(json.dumps({"type": "array", "uniqueItems": True}))
@@ -62,8 +65,12 @@ def test_maskbench_passes_fails_and_errors(tmp_path):
         {"id": "b", "valid": ["b"], "invalid": ["a"]},
         {"id": "c", "valid": [[1, [1]]], "invalid": [[1, 1.0], [[1], [1]]]},
     ]
-    (tmp_path / "maskbench" / "Tiny.jsonl").write_text("\n".join(map(json.dumps, lines)))
-    jobs = conformance.maskbench_jobs(tmp_path, ["Tiny"], None)
+    (root / "maskbench" / "Tiny.jsonl").write_text("\n".join(map(json.dumps, lines)))
+    return conformance.maskbench_jobs(root, ["Tiny"], None)
+
+
+def test_maskbench_passes_fails_and_errors(tmp_path):
+    jobs = _tiny_maskbench(tmp_path)
     records = conformance.run_maskbench(
         jobs, "smollm2-135m-instruct", {"whitespace": "default"}, 1, 10.0
     )
@@ -74,6 +81,28 @@ def test_maskbench_passes_fails_and_errors(tmp_path):
     table, by_keyword = conformance.maskbench_table(records)
     assert "| Tiny | 3 | 2 | 66.7 | 1 |" in table
     assert "`pattern` 1" in by_keyword
+    assert all("peers" not in r for r in records)  # none asked for
+
+
+def test_maskbench_runs_peers_beside_ours(tmp_path, smollm_vocab):
+    """llguidance gets the same instances as `json.dumps` writes them, a mask before every
+    token and after the last, and a row of its own in the engines table."""
+    pytest.importorskip("llguidance")
+    jobs = _tiny_maskbench(tmp_path)
+    options = {"whitespace": "default"}
+    records = conformance.run_maskbench(
+        jobs, "smollm2-135m-instruct", options, 1, 10.0, "as-given", ("llguidance",)
+    )
+    peer = {r["id"]: r["peers"]["llguidance"] for r in records}
+    assert peer["a"]["status"] == "pass"
+    assert peer["b"]["status"] == "error"  # no lookbehind in llguidance either
+    tokens = smollm_vocab.encode_bytes(conformance.serialise({"x": 1}, options).encode())
+    assert len(peer["a"]["mask"]) == len(tokens) + 1
+    assert peer["a"]["first_mask"] == peer["a"]["mask"][0]
+    assert records[0]["first_mask"] > 0  # ours, timed on its own
+    rows = conformance.engines_table(records).splitlines()
+    assert rows[2].startswith("| constrain | 3 | 2 |")
+    assert rows[3].startswith("| llguidance | 3 |")
 
 
 def test_harness_checks_every_spelling(tmp_path, smollm_vocab):

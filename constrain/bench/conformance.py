@@ -21,7 +21,11 @@ instances. ``--instances as-given`` tests the plain ``json.dumps`` text instead.
   ``maskbench/<Subset>.jsonl``; a schema passes when it compiles, every valid instance is
   accepted and every invalid one rejected. Per subset: passing, compile errors (and by keyword
   overall), valid-rejected, invalid-accepted, timeouts, compile time (schema -> Grammar ->
-  Constraint), mask time at every step of every valid instance, `check` time (without masks).
+  Constraint), mask time at every step of every valid instance and after its last token,
+  first-mask time, `check` time (without masks). llguidance and XGrammar, when installed, run
+  beside ours on the same schemas and token ids (`constrain.bench.peers`; ``--peers`` picks
+  them), given the instances as ``json.dumps`` writes them; a table compares the engines.
+  ``--model`` names one tokenizer or several (a section each).
 
 A per-group / per-schema timeout (default 10 s, SIGALRM) turns hangs into reported timeouts.
 For MaskBench the compiler's own limit is half of it (`Grammar.from_json_schema(timeout=)`):
@@ -53,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 import constrain as cn
+from constrain.bench.peers import PEERS, PeerEngine, load_peers, run_peer_instance
 from constrain.bench.report import fmt, load_vocab, percentile
 from constrain.errors import GrammarError
 
@@ -303,6 +308,10 @@ def run_instance(
         if not ok:
             return False
         matcher.advance(token)
+    if timed == "mask":  # and after the last token
+        t0 = time.perf_counter()
+        matcher.mask()
+        timings[timed].append(time.perf_counter() - t0)
     return matcher.accepting()
 
 
@@ -384,12 +393,47 @@ def test_suite_table(records: list[dict]) -> str:
 _WORKER: dict = {}
 
 
-def _init_worker(vocab_name: str, options: dict, timeout: float, writing: str) -> None:
-    _WORKER["vocab"] = load_vocab(vocab_name) if vocab_name else None
+def _init_worker(
+    vocab_name: str, options: dict, timeout: float, writing: str, peers: tuple = ()
+) -> None:
+    _WORKER["vocab"] = vocab = load_vocab(vocab_name) if vocab_name else None
     _WORKER["options"] = options
     _WORKER["timeout"] = timeout
     _WORKER["writing"] = writing
+    _WORKER["peers"] = []
+    if peers and vocab is not None:
+        from constrain.models import load_tokenizer
+
+        _WORKER["peers"] = load_peers(list(peers), load_tokenizer(vocab_name), vocab.size, options)
     signal.signal(signal.SIGALRM, _alarm)
+
+
+def run_peer_schema(engine: PeerEngine, schema, texts: list[str], invalid: list[str]) -> dict:
+    """One peer on one schema: compile, the valid texts with timed masks, the invalid ones."""
+    encode = _WORKER["vocab"].encode_bytes
+    result = {"status": "ok", "valid_rejected": 0, "invalid_accepted": 0, "mask": []}
+    signal.setitimer(signal.ITIMER_REAL, _WORKER["timeout"])
+    try:
+        t0 = time.perf_counter()
+        compiled = engine.compile(schema)
+        result["compile_ms"] = (time.perf_counter() - t0) * 1e3
+        for text in texts:
+            accepted = run_peer_instance(engine, compiled, encode(text.encode()), result["mask"])
+            result["valid_rejected"] += not accepted
+        if result["mask"]:
+            result["first_mask"] = result["mask"][0]
+        for text in invalid:
+            result["invalid_accepted"] += run_peer_instance(engine, compiled, encode(text.encode()))
+        passed = result["valid_rejected"] == 0 and result["invalid_accepted"] == 0
+        result["status"] = "pass" if passed else "fail"
+    except _Timeout:
+        result["status"] = "timeout"
+    except Exception as exc:  # a peer's refusal or failure is its compile error
+        result["status"] = "error"
+        result["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return result
 
 
 def run_schema(job: tuple) -> dict:
@@ -398,17 +442,21 @@ def run_schema(job: tuple) -> dict:
     vocab, options, timeout = _WORKER["vocab"], _WORKER["options"], _WORKER["timeout"]
     record = {"subset": subset, "id": ident, "status": "ok", "valid": len(valid)}
     record.update(invalid=len(invalid), valid_rejected=0, invalid_accepted=0, mask=[], check=[])
+    schema = json.loads(Path(schema_path).read_text())
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
-        schema = json.loads(Path(schema_path).read_text())
         t0 = time.perf_counter()
         constraint = compile_constraint(schema, vocab, {"timeout": timeout / 2, **options})
         record["compile_ms"] = (time.perf_counter() - t0) * 1e3
+        if constraint is not None:  # the first mask, before anything warms the grammar's caches
+            t0 = time.perf_counter()
+            constraint.start().mask()
+            record["first_mask"] = time.perf_counter() - t0
         timings = {"mask": [], "check": []}
         writing = _WORKER["writing"]
         texts = [instance_text(constraint, value, options, writing) for value in valid]
         record["reordered"] = sum(t != serialise(v, options) for t, v in zip(texts, valid))
-        if constraint is not None:  # checks first, on a twin whose masks stay uncomputed
+        if constraint is not None:  # checks next, on a twin whose masks stay uncomputed
             twin = cn.Constraint(constraint.grammar, constraint.vocab)
             for text in texts:
                 run_instance(twin, text, timings, "check")
@@ -428,6 +476,13 @@ def run_schema(job: tuple) -> dict:
         record["error"] = str(exc)[:300]
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+    if _WORKER["peers"]:
+        as_given = [serialise(value, options) for value in valid]
+        refused = [serialise(value, options) for value in invalid]
+        record["peers"] = {
+            engine.name: run_peer_schema(engine, schema, as_given, refused)
+            for engine in _WORKER["peers"]
+        }
     return record
 
 
@@ -450,8 +505,10 @@ def run_maskbench(
     n_jobs: int,
     timeout: float,
     writing: str = "canonical",
+    peers: tuple = (),
 ):
-    args = (vocab_name, options, timeout, writing)
+    """Every job's record (see `run_schema`), with `peers` (names) run beside ours."""
+    args = (vocab_name, options, timeout, writing, tuple(peers))
     if n_jobs <= 1:
         _init_worker(*args)
         return [run_schema(job) for job in jobs]
@@ -463,6 +520,48 @@ def run_maskbench(
             if i % 200 == 0:
                 print(f"# {i}/{len(jobs)} schemas", file=sys.stderr, flush=True)
     return sorted(out, key=lambda r: (r["subset"], r["id"]))
+
+
+def _mask_cell(seconds: list[float]) -> str:
+    """Mask times as "mean / p50 / p99 / max" in µs."""
+    if not seconds:
+        return "-"
+    us = np.array(seconds) * 1e6
+    return " / ".join(fmt(x, 0) for x in (us.mean(), *np.percentile(us, [50, 99]), us.max()))
+
+
+def _compile_cell(ms: list[float]) -> str:
+    return " / ".join(fmt(percentile(ms, q), 1) for q in (50, 99, 100))
+
+
+def engines_table(records: list[dict]) -> str:
+    """Ours and each peer on the same schemas and instances: one row per engine."""
+    results = {"constrain": records}
+    for r in records:
+        for name, result in r.get("peers", {}).items():
+            results.setdefault(name, []).append(result)
+    rows = [
+        "| engine | schemas | passing | % | compile errors | timeouts | valid rejected | "
+        "invalid accepted | compile p50 / p99 / max ms | mask mean / p50 / p99 / max µs | "
+        "first mask p50 / p99 µs |",
+        "|---" * 11 + "|",
+    ]
+    for name, rs in results.items():
+        n = len(rs)
+        status = collections.Counter(r["status"] for r in rs)
+        compile_ms = [r["compile_ms"] for r in rs if "compile_ms" in r]
+        first = [r["first_mask"] * 1e6 for r in rs if "first_mask" in r]
+        mask_cell = _mask_cell([t for r in rs for t in r["mask"]])
+        rows.append(
+            f"| {name} | {n} | {status['pass']} | {100 * status['pass'] / n:.1f} | "
+            f"{status['error']} | {status['timeout']} | "
+            f"{sum(r['valid_rejected'] for r in rs)} | {sum(r['invalid_accepted'] for r in rs)} | "
+            + _compile_cell(compile_ms)
+            + f" | {mask_cell} | "
+            + " / ".join(fmt(percentile(first, q), 0) for q in (50, 99))
+            + " |"
+        )
+    return "\n".join(rows)
 
 
 def maskbench_table(records: list[dict]) -> tuple[str, str]:
@@ -483,14 +582,9 @@ def maskbench_table(records: list[dict]) -> tuple[str, str]:
         errors = sum(r["status"] == "error" for r in rs)
         timeouts = sum(r["status"] == "timeout" for r in rs)
         compile_ms = [r["compile_ms"] for r in rs if "compile_ms" in r]
-        masks = np.array([t for r in rs for t in r["mask"]]) * 1e6
+        mask_cell = _mask_cell([t for r in rs for t in r["mask"]])
         checks = [t * 1e6 for r in rs for t in r["check"]]
-        mask_cell = "-"
-        if masks.size:
-            mask_cell = " / ".join(
-                fmt(x, 0) for x in (masks.mean(), *np.percentile(masks, [50, 99]), masks.max())
-            )
-        compile_cell = " / ".join(fmt(percentile(compile_ms, q), 1) for q in (50, 99, 100))
+        compile_cell = _compile_cell(compile_ms)
         rows.append(
             f"| {subset} | {n} | {passing} | {100 * passing / n:.1f} | {errors} | {timeouts} | "
             f"{sum(r['valid_rejected'] for r in rs)} | {sum(r['invalid_accepted'] for r in rs)} | "
@@ -539,22 +633,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=10.0)
     parser.add_argument("--option", action="append", default=[], help="compiler option k=v")
-    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument(
+        "--model",
+        nargs="+",
+        default=["smollm2-135m-instruct"],
+        help="tokenizers (maskbench: one table each; test-suite: the first)",
+    )
+    parser.add_argument(
+        "--peers",
+        nargs="*",
+        choices=sorted(PEERS),
+        default=sorted(PEERS),
+        help="maskbench: other engines run beside ours when installed (none: `--peers`)",
+    )
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     options = {"whitespace": "default", **_options(args.option)}
     settings = (
-        f"options {json.dumps(options)}, tokenizer {args.model}, timeout {args.timeout} s, "
-        f"instances written {args.writing}"
+        f"options {json.dumps(options)}, timeout {args.timeout} s, instances written {args.writing}"
     )
     if args.harness == "test-suite":
         root = args.data / "json-schema-test-suite" / "tests" / args.draft
-        vocab = load_vocab(args.model)
+        vocab = load_vocab(args.model[0])
         records = run_test_suite(root, vocab, options, args.timeout, args.only, args.writing)
         table = test_suite_table(records)
-        text = f"JSON Schema Test Suite, {args.draft} ({settings})\n\n{table}\n"
+        text = f"JSON Schema Test Suite, {args.draft} ({settings}, tokenizer {args.model[0]})\n\n{table}\n"
         if args.verbose:
             for r in records:
                 if not r["passed"]:
@@ -565,24 +670,34 @@ def main(argv: list[str] | None = None) -> None:
         if args.ids:
             wanted = set(args.ids.read_text().split())
             jobs = [job for job in jobs if f"{job[0]}/{job[1]}" in wanted]
-        t0 = time.perf_counter()
-        records = run_maskbench(jobs, args.model, options, args.jobs, args.timeout, args.writing)
-        table, by_keyword = maskbench_table(records)
-        elapsed = time.perf_counter() - t0
-        text = (
-            f"MaskBench-style run on {len(records)} schemas ({settings}, "
-            f"{args.jobs} processes, {elapsed:.0f} s)\n\n{table}\n\n{by_keyword}\n"
-        )
-        if args.verbose:
-            for r in records:
-                if r["status"] != "pass":
-                    print(f"  {r['status']} {r['subset']}/{r['id']}: {r.get('error', '')}")
+        sections, records = [], []
+        for model in args.model:
+            t0 = time.perf_counter()
+            runs = run_maskbench(
+                jobs, model, options, args.jobs, args.timeout, args.writing, args.peers
+            )
+            table, by_keyword = maskbench_table(runs)
+            elapsed = time.perf_counter() - t0
+            sections.append(
+                f"## Tokenizer {model}\n\nMaskBench-style run on {len(runs)} schemas "
+                f"({settings}, {args.jobs} processes, {elapsed:.0f} s); peers are given the "
+                f"instances as `json.dumps` writes them\n\n{engines_table(runs)}\n\n"
+                f"constrain by subset:\n\n{table}\n\n{by_keyword}\n"
+            )
+            for r in runs:
+                r["tokenizer"] = model
+                if args.verbose and r["status"] != "pass":
+                    print(f"  {r['status']} {model} {r['subset']}/{r['id']}: {r.get('error', '')}")
+            records += runs
+        text = "\n".join(sections)
     print(text)
     if args.markdown:
         args.markdown.write_text(text)
     if args.json:
         for r in records:
             r.pop("mask", None), r.pop("check", None)
+            for result in r.get("peers", {}).values():
+                result.pop("mask", None)
         args.json.write_text(json.dumps(records, indent=1))
 
 
