@@ -102,6 +102,10 @@ class _Recording:
         self.calls.append(("mask", ()))
         return self._matcher.mask()
 
+    def bitmask(self) -> np.ndarray:
+        self.calls.append(("bitmask", ()))
+        return self._matcher.bitmask()
+
     def advance(self, token: int) -> None:
         self.calls.append(("advance", (token,)))
         self._matcher.advance(token)

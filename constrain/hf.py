@@ -16,9 +16,12 @@ rather than from a call counter. (transformers samples with ``top_k=50`` unless 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from constrain.constraints import Constraint
+from constrain.constraints.logits import apply_bitmask_
+from constrain.engine import bitmask
 from constrain.engine.cache import BoundedCache
 from constrain.engine.matcher import TokenMatcher
 from constrain.errors import ConfigError
@@ -67,7 +70,8 @@ class LogitsProcessor:
         self._fixed_prompt_length = prompt_length is not None
         self._seen: set[int] = set()  # hashes of the rows of the generation in progress
         self._matchers: BoundedCache[tuple[int, ...], TokenMatcher] = BoundedCache(_MATCHERS_KEPT)
-        self._eos = torch.tensor(constraint.vocab.eos_ids)
+        eos = bitmask.from_ids(np.array(constraint.vocab.eos_ids), constraint.vocab.size)
+        self._eos_only = torch.from_numpy(eos)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         rows = input_ids.tolist()
@@ -86,16 +90,15 @@ class LogitsProcessor:
         for row, ids in enumerate(rows):
             generated = tuple(ids[self.prompt_length :])
             matcher = self._matcher(generated)
-            allowed = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)
-            if matcher is None or matcher.finished():
-                allowed[self._eos.to(scores.device)] = True
+            if matcher is None or matcher.finished():  # padding after EOS
+                packed = self._eos_only.to(scores.device)
             else:
-                allowed = self.constraint.device_mask(matcher, scores.device)
+                packed = self.constraint.device_bitmask(matcher, scores.device)
             step = Step(generated, tuple(ids[: self.prompt_length]), vocab)
             logprobs = torch.log_softmax(scores[row].float(), dim=-1)
             if self.stack.control:
                 logprobs = self.stack.before_constraint(logprobs, [], step)
-            logprobs = logprobs.masked_fill(~allowed, float("-inf"))
+            apply_bitmask_(logprobs, packed)
             out[row] = self.stack.after(logprobs, step) if self.stack.after_constraint else logprobs
         return out
 

@@ -151,6 +151,9 @@ class _CountingMatcher:
     def mask(self):
         raise AssertionError("AWRS computed a mask")
 
+    def bitmask(self):
+        raise AssertionError("AWRS computed a mask")
+
 
 def test_awrs_cost_matches_the_rejection_formula():
     """Checks up to the first acceptance average 1 + sum over rejected r of p_r / (p_r + Z)."""

@@ -292,6 +292,8 @@ def run_instance(
 ) -> bool:
     """Feed `text` token by token; with `timings`, time `timed` ("mask" or "check") per step.
 
+    A mask is the full packed bitmask (`Matcher.bitmask`), what the peers fill too.
+
     A check is timed on its own constraint whose masks are never computed, so it measures the
     walk of the token's bytes, not a lookup in a cached mask.
     """
@@ -301,7 +303,7 @@ def run_instance(
     for token in constraint.vocab.encode_bytes(text.encode()):
         t0 = time.perf_counter()
         if timed == "mask":
-            matcher.mask()
+            matcher.bitmask()
         ok = matcher.check(token)
         if timed:
             timings[timed].append(time.perf_counter() - t0)
@@ -310,7 +312,7 @@ def run_instance(
         matcher.advance(token)
     if timed == "mask":  # and after the last token
         t0 = time.perf_counter()
-        matcher.mask()
+        matcher.bitmask()
         timings[timed].append(time.perf_counter() - t0)
     return matcher.accepting()
 
@@ -450,7 +452,7 @@ def run_schema(job: tuple) -> dict:
         record["compile_ms"] = (time.perf_counter() - t0) * 1e3
         if constraint is not None:  # the first mask, before anything warms the grammar's caches
             t0 = time.perf_counter()
-            constraint.start().mask()
+            constraint.start().bitmask()
             record["first_mask"] = time.perf_counter() - t0
         timings = {"mask": [], "check": []}
         writing = _WORKER["writing"]

@@ -24,6 +24,7 @@ from collections.abc import Hashable
 import numpy as np
 
 from constrain.constraints.wrapper import MatcherWrapper
+from constrain.engine import bitmask
 from constrain.engine.cache import BoundedCache
 from constrain.engine.matcher import TokenAutomaton, TokenMatcher
 from constrain.errors import InvalidTokenError
@@ -148,27 +149,30 @@ class Budgeted(MatcherWrapper):
         window = self._window()
         return inner.check(token) and (window is None or self._fits(window, token))
 
-    def mask(self) -> np.ndarray:
+    def bitmask(self) -> np.ndarray:
         inner = self.inner
         if inner.finished():
-            return inner.mask()
+            return inner.bitmask()
+        size = self.plans.automaton.vocab.size
         closing = self._closing_token()
         if closing is not None:  # the one token of the completion being followed, or EOS
-            mask = np.zeros(self.plans.automaton.vocab.size, dtype=bool)
             if closing == _EOS_NEXT:
-                mask[self.plans.automaton.eos_array] = inner.accepting()
-            elif inner.check(closing):
-                mask[closing] = True
-            return mask
-        mask = inner.mask()
+                allowed = self.plans.automaton.eos_array if inner.accepting() else []
+            else:
+                allowed = [closing] if inner.check(closing) else []
+            return bitmask.from_ids(allowed, size)
+        packed = inner.bitmask()
         window = self._window()
         if window is None:
-            return mask
+            return packed
         room, first = window
         fits = self.plans.owed_after(inner.state) <= room
         if first is not None:
             fits[first] = True
-        return mask & fits
+        return packed & bitmask.pack(fits)
+
+    def mask(self) -> np.ndarray:
+        return bitmask.unpack(self.bitmask(), self.plans.automaton.vocab.size)
 
     def mask_key(self) -> Hashable | None:
         return None if self.binds() else self.inner.mask_key()

@@ -71,17 +71,24 @@ class Constraint:
         """Tokens of the shortest whole text the automaton finds (None: none found)."""
         return self.plans.shortest_tokens()
 
-    def device_mask(self, matcher: TokenMatcher, device) -> torch.Tensor:
-        """`matcher.mask()` as a bool tensor on `device`, kept by its `mask_key` when it has
-        one (so a state's mask is copied to a device once)."""
+    def device_bitmask(self, matcher: TokenMatcher, device) -> torch.Tensor:
+        """`matcher.bitmask()` as an int32 tensor on `device`, kept by its `mask_key` when it
+        has one (so a state's mask is copied to a device once, packed)."""
         import torch
+
+        def build():
+            return torch.from_numpy(matcher.bitmask().copy()).to(device)
 
         key = matcher.mask_key()
         if key is None:
-            return torch.from_numpy(matcher.mask().copy()).to(device)
-        return self.device_masks.get_or_build(
-            (key, str(device)), lambda: torch.from_numpy(matcher.mask().copy()).to(device)
-        )
+            return build()
+        return self.device_masks.get_or_build((key, str(device)), build)
+
+    def device_mask(self, matcher: TokenMatcher, device) -> torch.Tensor:
+        """`device_bitmask` unpacked: a bool tensor of shape (vocab.size,) on `device`."""
+        from constrain.constraints.logits import unpack_bitmask
+
+        return unpack_bitmask(self.device_bitmask(matcher, device), self.vocab.size)
 
     @property
     def cached_states(self) -> int:

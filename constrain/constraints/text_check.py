@@ -3,7 +3,7 @@
 Some conditions are not expressible by an automaton: no duplicate JSON keys, unique array
 items over open item languages, the check sites of a JSON Schema. The grammar carries them as
 a `TextCheck` (`constrain.engine.automaton`), and `TextChecked` keeps the check's state beside
-each automaton state: a token the check refuses is refused by `check`, `advance` and `mask`
+each automaton state: a token the check refuses is refused by `check`, `advance` and the masks
 alike, exactly as if the two were one constraint. Only the tokens the check names as risky in
 its current state are fed to it by `check` and `mask`; `advance` feeds every token.
 """
@@ -15,6 +15,7 @@ from collections.abc import Hashable
 import numpy as np
 
 from constrain.constraints.wrapper import MatcherWrapper
+from constrain.engine import bitmask
 from constrain.engine.automaton import TextCheck
 from constrain.engine.cache import BoundedCache
 from constrain.engine.matcher import TokenMatcher
@@ -50,17 +51,18 @@ class TextChecked(MatcherWrapper):
     def check(self, token: int) -> bool:
         return self.inner.check(token) and self._allows(token)
 
-    def mask(self) -> np.ndarray:
-        mask = self.inner.mask()
+    def bitmask(self) -> np.ndarray:
+        packed = self.inner.bitmask()
         risky = self.text_check.risky(self._texts[-1])
         if risky is None or self.inner.finished():
-            return mask
+            return packed
         sensitive = selected_tokens(self.vocab, self.text_check, risky)
-        refused = [t for t in sensitive[mask[sensitive]].tolist() if self._after(t) is None]
-        if refused:
-            mask = mask.copy()
-            mask[refused] = False
-        return mask
+        allowed = bitmask.allowed_among(packed, sensitive).tolist()
+        refused = [t for t in allowed if self._after(t) is None]
+        return bitmask.without(packed, refused) if refused else packed
+
+    def mask(self) -> np.ndarray:
+        return bitmask.unpack(self.bitmask(), self.vocab.size)
 
     def mask_key(self) -> Hashable | None:
         risky = self.text_check.risky(self._texts[-1])

@@ -1,8 +1,8 @@
 """`MatcherWrapper`: a matcher composed over another, delegating what it does not change.
 
 A condition on the text beyond the automaton (a text check, a token budget) is a wrapper with
-the `TokenMatcher` interface: it overrides what the condition narrows (`check`, `mask`,
-`mask_key`, `advance`, `rollback`, `fork`) and passes everything else through.
+the `TokenMatcher` interface: it overrides what the condition narrows (`check`, `bitmask`
+and `mask`, `mask_key`, `advance`, `rollback`, `fork`) and passes everything else through.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ class MatcherWrapper:
 
     def check(self, token: int) -> bool:
         return self.inner.check(token)
+
+    def bitmask(self) -> np.ndarray:
+        return self.inner.bitmask()
 
     def mask(self) -> np.ndarray:
         return self.inner.mask()

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
+from constrain.constraints.logits import apply_bitmask_
 from constrain.engine.matcher import TokenMatcher
 from constrain.processors.bound import BoundStack
 from constrain.samplers.base import Draw, TokenSampler, categorical
@@ -31,10 +32,10 @@ def distribution(
 ) -> tuple[torch.Tensor, float]:
     """``(log p~, log Z)``: the normalised target in float64 and the mass the constraint
     allowed (LCD's weight; -inf when nothing allowed has probability > 0)."""
-    mask = matcher.constraint.device_mask(matcher, row.device)[: row.shape[-1]]
+    packed = matcher.constraint.device_bitmask(matcher, row.device)
     if not stack.truncates:
         row = stack.after_constraint(row, prefix)
-    masked = row.double().masked_fill(~mask, -math.inf)
+    masked = apply_bitmask_(row.to(torch.float64, copy=True), packed)
     log_z = float(torch.logsumexp(masked, dim=-1))
     dist = masked - log_z
     if stack.truncates:

@@ -1,7 +1,7 @@
 """The token-level automaton and the Matcher: which tokens keep a text in the language.
 
 A `TokenAutomaton` is a grammar's byte automaton read through a vocabulary. It owns what
-every sequence can share: the token masks, computed lazily (one trie walk per automaton state,
+every sequence can share: the token masks (packed bitmasks), computed lazily (one trie walk per automaton state,
 on first visit) and cached by state, and the state after a token, cached by (state, token).
 
 A `Matcher` is one sequence's position in it: a stack of states, one per consumed token, so
@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from constrain.engine import bitmask
 from constrain.engine.cache import BoundedCache
 from constrain.engine.grammar import Grammar
 from constrain.engine.slices import slices_of
@@ -58,8 +59,11 @@ class TokenMatcher(Protocol):
     def check(self, token: int) -> bool:
         """Would `token` keep the text completable? No state change; never raises."""
 
+    def bitmask(self) -> np.ndarray:
+        """Allowed next tokens packed 32 per int32 word (`constrain.engine.bitmask`), read-only."""
+
     def mask(self) -> np.ndarray:
-        """Allowed next tokens: bool array of shape (vocab.size,), read-only."""
+        """`bitmask()` unpacked: a bool array of shape (vocab.size,)."""
 
     def mask_key(self) -> Hashable | None:
         """A key under which `mask()` may be cached across sequences, or None while the mask
@@ -121,35 +125,42 @@ class TokenAutomaton:
         self.special_ids = {text: _special_id(vocab, text) for text in self.automaton.special_texts}
         self.special_texts = {i: text for text, i in self.special_ids.items()}
 
-    def mask_for(self, state: Hashable) -> np.ndarray:
-        """Allowed next tokens at automaton `state` (bool, shape (vocab.size,), read-only, cached).
+    def bitmask_for(self, state: Hashable) -> np.ndarray:
+        """Allowed next tokens at automaton `state`, packed (`constrain.engine.bitmask`; int32,
+        read-only, cached): the admitted slices' bitmasks ORed, then the walked tokens.
 
         Raises:
             VocabularyError: the state is not accepting and no token of the vocabulary fits.
         """
-        mask = self.masks.get(state)
-        if mask is not None:
-            return mask
-        mask = np.zeros(self.vocab.size, dtype=bool)
+        packed = self.masks.get(state)
+        if packed is not None:
+            return packed
+        size = self.vocab.size
         slices = slices_of(self.vocab)
         admitted = slices.admitted(lambda language: self.automaton.admits(state, language))
+        walked = np.zeros(size, dtype=bool)
+        walked[self.automaton.token_ids(state, slices.trie_without(admitted))] = True
+        for text in self.automaton.allowed_specials(state):
+            walked[self.special_ids[text]] = True
+        if self.automaton.accepting(state):
+            walked[self.eos_array] = True
+        packed = bitmask.pack(walked)
         for part, whole in zip(slices.slices, admitted):
             if whole:
-                mask[part.tokens] = True
-        mask[self.automaton.token_ids(state, slices.trie_without(admitted))] = True
-        for text in self.automaton.allowed_specials(state):
-            mask[self.special_ids[text]] = True
-        if self.automaton.accepting(state):
-            mask[self.eos_array] = True
-        elif not mask.any():
+                packed |= part.bitmask
+        if not packed.any() and not self.automaton.accepting(state):
             expected = bytes(self.automaton.expected_bytes(state)[:16])
             raise VocabularyError(
                 f"no token of the vocabulary can continue here: the grammar expects one of the "
                 f"bytes {expected!r} but no text token starts with them"
             )
-        mask.flags.writeable = False
-        self.masks[state] = mask
-        return mask
+        packed.flags.writeable = False
+        self.masks[state] = packed
+        return packed
+
+    def mask_for(self, state: Hashable) -> np.ndarray:
+        """`bitmask_for(state)` as a bool array of shape (vocab.size,)."""
+        return bitmask.unpack(self.bitmask_for(state), self.vocab.size)
 
     def step(self, state: Hashable, token: int) -> Hashable | None:
         """The state after a text or special token (not EOS), or None if it is not allowed.
@@ -212,9 +223,9 @@ class Matcher:
         a = self.automaton
         if token in a.eos:
             return a.automaton.accepting(state)
-        mask = a.masks.get(state)
-        if mask is not None:
-            return 0 <= token < len(mask) and bool(mask[token])
+        packed = a.masks.get(state)
+        if packed is not None:
+            return bitmask.allows(packed, token)
         return a.step(state, token) is not None
 
     def accepting(self) -> bool:
@@ -225,11 +236,14 @@ class Matcher:
         state = self._states[-1]
         return state is FINISHED or not self.automaton.automaton.can_continue(state)
 
-    def mask(self) -> np.ndarray:
+    def bitmask(self) -> np.ndarray:
         state = self._states[-1]
         if state is FINISHED:
-            return np.zeros(self.automaton.vocab.size, dtype=bool)
-        return self.automaton.mask_for(state)
+            return np.zeros(bitmask.n_words(self.automaton.vocab.size), dtype=np.int32)
+        return self.automaton.bitmask_for(state)
+
+    def mask(self) -> np.ndarray:
+        return bitmask.unpack(self.bitmask(), self.automaton.vocab.size)
 
     def mask_key(self) -> Hashable:
         return self._states[-1]

@@ -8,7 +8,7 @@ quote, backslash or control character) and the *rest*.
 
 For a state, a slice is *admitted* when every string of the slice's language keeps the state
 live (`Automaton.admits`, an exact product check of two DFAs, cached by the automaton). An
-admitted slice contributes its precomputed token ids as they are; the other tokens are walked
+admitted slice contributes its precomputed bitmask as it is (an OR of words); the other tokens are walked
 as before, in a trie without the admitted slices. Only the rest (tokens holding quotes, escapes or newlines, usually a few percent of the
 vocabulary) is walked in string states, so those masks cost an array copy, not a walk.
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from constrain.engine.bitmask import from_ids
 from constrain.engine.regex import ByteDFA, compile_regex, is_empty_combination
 from constrain.engine.vocab import TokenTrie, Vocabulary
 
@@ -39,6 +40,7 @@ class Slice:
     pattern: str
     language: ByteDFA
     tokens: np.ndarray  # int64 token ids
+    bitmask: np.ndarray  # the same tokens packed (`constrain.engine.bitmask`)
 
 
 class VocabularySlices:
@@ -59,7 +61,8 @@ class VocabularySlices:
             )
             matched = matched[self._owner[matched] < 0]
             self._owner[matched] = k
-            slices.append(Slice(pattern, language, np.sort(matched)))
+            tokens = np.sort(matched)
+            slices.append(Slice(pattern, language, tokens, from_ids(tokens, vocab.size)))
         self.slices: tuple[Slice, ...] = tuple(slices)
         # _within[i]: the slices whose language holds slice i's (a state admitting a language
         # admits its subsets)

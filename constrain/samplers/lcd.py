@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from constrain.constraints.logits import apply_bitmask_
 from constrain.engine.matcher import TokenMatcher
 from constrain.samplers.base import Draw, categorical
 
@@ -34,9 +35,9 @@ class LCD:
         greedy: bool = False,
     ) -> Draw:
         t0 = time.perf_counter()
-        mask = matcher.constraint.device_mask(matcher, logprobs.device)
+        packed = matcher.constraint.device_bitmask(matcher, logprobs.device)
         spent = time.perf_counter() - t0
-        masked = logprobs.masked_fill(~mask[: logprobs.shape[-1]], -math.inf)
+        masked = apply_bitmask_(logprobs.clone(), packed)
         if greedy:
             if not bool(torch.isfinite(masked).any()):
                 return Draw(0, -math.inf, masks=1, reason=_NOTHING_LIKELY, constraint_s=spent)
