@@ -3,6 +3,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <unordered_map>
+
+#include "json_keys.hpp"
 #include "lexer.hpp"
 #include "trie.hpp"
 
@@ -70,10 +73,71 @@ Trie trie_from(const py::object& t) {
     return trie;
 }
 
+// Every token's bytes, concatenated (a vocabulary's texts, copied once).
+struct TokenTexts {
+    std::vector<uint8_t> bytes;
+    std::vector<int64_t> offsets{0};  // token t is bytes[offsets[t], offsets[t + 1])
+};
+
+TokenTexts token_texts_from(const py::list& texts) {
+    TokenTexts out;
+    for (const py::handle& text : texts) {
+        std::string data = text.cast<std::string>();
+        out.bytes.insert(out.bytes.end(), data.begin(), data.end());
+        out.offsets.push_back(int64_t(out.bytes.size()));
+    }
+    return out;
+}
+
+// The tokens among `tokens` that complete a repeated key when read from a scanner state
+// (see json_keys.hpp). Keys are compared as the Python check compares them: `loads` (json.loads)
+// of the key's text against the `seen` frozenset of each of the caller's object frames.
+py::array_t<int64_t> json_key_refusals(const TokenTexts& texts, const Array<int64_t>& tokens,
+                                       int mode, bool escaped, const py::bytes& key,
+                                       const py::list& frames, const py::object& loads) {
+    if (mode < kValue || mode > kEnd) throw py::value_error("scanner mode out of range");
+    KeyScan base;
+    base.mode = mode;
+    base.escaped = escaped;
+    base.key = std::string(key);
+    std::vector<py::object> seen;  // per caller frame: its keys (a frozenset) or None
+    for (const py::handle& frame : frames) {
+        auto pair = frame.cast<py::tuple>();
+        if (pair.size() != 2) throw py::value_error("a frame is (is_object, seen keys)");
+        base.frames.push_back(JsonFrame{int64_t(seen.size()), pair[0].cast<bool>()});
+        seen.push_back(py::reinterpret_borrow<py::object>(pair[1]));
+    }
+    base.next_id = int64_t(seen.size());
+    const int64_t n_tokens = int64_t(texts.offsets.size()) - 1;
+    std::vector<int64_t> refused;
+    for (py::ssize_t k = 0; k < tokens.size(); ++k) {
+        int64_t t = tokens.data()[k];
+        if (t < 0 || t >= n_tokens) throw py::index_error("token id out of range");
+        KeyScan scan = base;
+        std::unordered_map<int64_t, py::set> added;  // keys completed inside this token
+        auto repeats = [&](int64_t frame, const std::string& text) {
+            py::object parsed = loads(py::bytes("\"" + text + "\""));
+            if (size_t(frame) < seen.size() && !seen[size_t(frame)].is_none()) {
+                int found = PySet_Contains(seen[size_t(frame)].ptr(), parsed.ptr());
+                if (found < 0) throw py::error_already_set();
+                if (found) return true;
+            }
+            py::set& keys = added[frame];
+            if (keys.contains(parsed)) return true;
+            keys.add(parsed);
+            return false;
+        };
+        const uint8_t* data = texts.bytes.data() + texts.offsets[size_t(t)];
+        size_t n = size_t(texts.offsets[size_t(t) + 1] - texts.offsets[size_t(t)]);
+        if (!scan_keys(scan, data, n, repeats)) refused.push_back(t);
+    }
+    return to_array(std::move(refused));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(native, m) {
-    m.doc() = "The native engine core: the lexer's product DFA and the vocabulary trie walks.";
+    m.doc() = "The native engine core: the lexer's product DFA, the vocabulary trie walks, JSON key checks.";
     // the module attribute keeps the type alive for the translator below
     static PyObject* limit_type = py::exception<LexerLimit>(m, "LexerLimit").ptr();
     py::register_exception_translator([](std::exception_ptr p) {
@@ -194,4 +258,12 @@ PYBIND11_MODULE(native, m) {
                 return py::make_tuple(to_array(std::move(piece.tokens)), ends);
             },
             py::arg("trie"), py::arg("state"), py::arg("starts"), py::arg("end_at_start"));
+
+    py::class_<TokenTexts>(m, "TokenTexts", "Every token's bytes, for scans of token texts.")
+        .def(py::init(&token_texts_from), py::arg("texts"))
+        .def("__len__", [](const TokenTexts& t) { return t.offsets.size() - 1; });
+
+    m.def("json_key_refusals", &json_key_refusals, py::arg("texts"), py::arg("tokens"),
+          py::arg("mode"), py::arg("escaped"), py::arg("key"), py::arg("frames"), py::arg("loads"),
+          "The tokens that complete a repeated JSON key from a key-checking scanner's state.");
 }

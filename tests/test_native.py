@@ -139,3 +139,58 @@ def test_unknown_engine_is_a_config_error():
 def test_regex_masks_same(pattern, text, any_vocab):
     """A regex's trie walk: the same masks along any text."""
     assert_same_masks(cn.Grammar.from_regex(pattern), any_vocab, any_vocab.encode(text))
+
+
+_KEY_SCHEMAS = [
+    {"type": "object"},
+    {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": True},
+    {"type": "array", "items": {"type": "object", "additionalProperties": {"type": "object"}}},
+]
+# keys as written: repeats spelled alike or through escapes, quotes and backslashes inside
+_KEY_SPELLINGS = ["a", "b", "ab", "\\u0061", "\\u0062", "\u00e9", "\\u00e9", '\\"', "\\\\", "a\\/"]
+
+
+def _object(draw, depth: int = 0) -> str:
+    """A JSON object whose keys are drawn from `_KEY_SPELLINGS` (so they may repeat)."""
+    keys = draw(st.lists(st.sampled_from(_KEY_SPELLINGS), max_size=4))
+    members = []
+    for key in keys:
+        nested = depth < 2 and draw(st.booleans())
+        value = _object(draw, depth + 1) if nested else draw(st.sampled_from(_VALUES))
+        members.append(f'"{key}": {value}')
+    return "{" + ", ".join(members) + "}"
+
+
+_VALUES = ["1", '"x"', "[]", '["a", {"a": 1}]', "{}"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_repeated_keys_same_masks(data, smollm_vocab):
+    """Objects whose keys may repeat (spelled alike or escaped), read as the tokenizer splits
+    them and along random walks that favour tokens holding quotes (keys ending inside a
+    token): the native key scan refuses exactly the tokens the Python check refuses."""
+    schema = data.draw(st.sampled_from(_KEY_SCHEMAS))
+    spellings = data.draw(st.sampled_from(["all", "canonical"]))
+    grammar = cn.Grammar.from_json_schema(schema, spellings=spellings, whitespace="default")
+    document = _object(data.draw)
+    if schema["type"] == "array":
+        document = f"[{document}, {_object(data.draw)}]"
+    assert_same_masks(grammar, smollm_vocab, smollm_vocab.encode(document))
+    python = cn.Constraint(grammar.with_engine("python"), smollm_vocab).start()
+    native = cn.Constraint(grammar.with_engine("native"), smollm_vocab).start()
+    texts = [smollm_vocab.token_bytes(t) or b"" for t in range(smollm_vocab.size)]
+    quoted = np.array([b'"' in text for text in texts])
+    for _ in range(data.draw(st.integers(1, 16))):
+        a, b = python.bitmask(), native.bitmask()
+        assert np.array_equal(a, b)
+        allowed = np.flatnonzero(python.mask())
+        with_quotes = allowed[quoted[allowed]]
+        pool = with_quotes if len(with_quotes) and data.draw(st.booleans()) else allowed
+        if not len(pool):
+            break
+        token = int(pool[data.draw(st.integers(0, len(pool) - 1))])
+        if token in smollm_vocab.eos_ids:
+            break
+        python.advance(token)
+        native.advance(token)

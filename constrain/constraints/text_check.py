@@ -5,7 +5,8 @@ items over open item languages, the check sites of a JSON Schema. The grammar ca
 a `TextCheck` (`constrain.engine.automaton`), and `TextChecked` keeps the check's state beside
 each automaton state: a token the check refuses is refused by `check`, `advance` and the masks
 alike, exactly as if the two were one constraint. Only the tokens the check names as risky in
-its current state are fed to it by `check` and `mask`; `advance` feeds every token.
+its current state are scanned by `check` and the masks, all of a mask's at once
+(`TextCheck.refused`, native for JSON key checks); `advance` feeds every token.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ _SELECTIONS_KEPT = 1024  # token sets per vocabulary, one per (kind of check, se
 class TextChecked(MatcherWrapper):
     """`inner` with `text_check` applied to its text (see the module docstring)."""
 
-    __slots__ = ("text_check", "vocab", "_texts", "_fed")
+    __slots__ = ("text_check", "vocab", "_texts")
 
     def __init__(
         self,
@@ -43,8 +44,6 @@ class TextChecked(MatcherWrapper):
         self.text_check = text_check
         self.vocab = vocab
         self._texts = texts if texts is not None else [text_check.start]
-        # (text-check state, {token: its successor}): what `check` found, for `advance`
-        self._fed: tuple = (None, {})
 
     # -- queries ----------------------------------------------------------------------------------
 
@@ -57,8 +56,8 @@ class TextChecked(MatcherWrapper):
         if risky is None or self.inner.finished():
             return packed
         sensitive = selected_tokens(self.vocab, self.text_check, risky)
-        allowed = bitmask.allowed_among(packed, sensitive).tolist()
-        refused = [t for t in allowed if self._after(t) is None]
+        allowed = bitmask.allowed_among(packed, sensitive)
+        refused = self.text_check.refused(self._texts[-1], allowed, self.vocab)
         return bitmask.without(packed, refused) if refused else packed
 
     def mask(self) -> np.ndarray:
@@ -74,7 +73,8 @@ class TextChecked(MatcherWrapper):
 
     def advance(self, token: int) -> None:
         self.inner.advance(token)
-        text = self._after(token)
+        data = self.vocab.token_bytes(token)
+        text = self.text_check.feed(self._texts[-1], data) if data else self._texts[-1]
         if text is None:
             self.inner.rollback(1)
             raise InvalidTokenError(
@@ -94,26 +94,13 @@ class TextChecked(MatcherWrapper):
     # -- the check ---------------------------------------------------------------------------------
 
     def _allows(self, token: int) -> bool:
-        """The check lets `token` through (only tokens it names as risky are fed)."""
-        risky = self.text_check.risky(self._texts[-1])
+        """The check lets `token` through (only tokens it names as risky are scanned)."""
+        here = self._texts[-1]
+        risky = self.text_check.risky(here)
         data = self.vocab.token_bytes(token)
         if risky is None or not data or not self.text_check.selects(risky, data):
             return True
-        return self._after(token) is not None
-
-    def _after(self, token: int):
-        """The check's state after `token` (None: it breaks the check), remembered for the
-        tokens asked in the current state, so `advance` after `check` feeds it once."""
-        here = self._texts[-1]
-        fed_here, fed = self._fed
-        if fed_here is not here:
-            fed = {}
-            self._fed = (here, fed)
-        elif token in fed:
-            return fed[token]
-        data = self.vocab.token_bytes(token)
-        after = fed[token] = self.text_check.feed(here, data) if data else here
-        return after
+        return not self.text_check.refused(here, np.array([token]), self.vocab)
 
 
 def selected_tokens(vocab: Vocabulary, text_check: TextCheck, selector: Hashable) -> np.ndarray:

@@ -29,7 +29,7 @@ import numpy as np
 from constrain.engine.engines import resolve_engine
 from constrain.engine.regex import ByteDFA
 from constrain.engine.slices import admits
-from constrain.engine.vocab import TokenTrie
+from constrain.engine.vocab import TokenTrie, Vocabulary
 
 
 class Automaton(Protocol):
@@ -78,6 +78,12 @@ class TextCheck(Protocol):
     def risky(self, state: Hashable) -> Hashable | None: ...
 
     def selects(self, selector: Hashable, data: bytes) -> bool: ...
+
+    def refused(self, state: Hashable, tokens: np.ndarray, vocab: Vocabulary) -> list[int]:
+        """The tokens of `tokens` whose bytes `feed` refuses from `state`, all at once."""
+
+    def with_engine(self, engine: str) -> TextCheck:
+        """The same check with its token scans in `engine`."""
 
 
 class DFAAutomaton:

@@ -23,6 +23,10 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
+import numpy as np
+
+from constrain.engine.engines import resolve_engine
+from constrain.engine.vocab import Vocabulary
 from constrain.jsonschema.shapes import ArrayShape, ObjectShape, Shape, key_text
 
 __all__ = ["JsonChecks", "checks_for"]
@@ -86,10 +90,19 @@ class JsonChecks:
             so a repeat may be spelled differently from the text it repeats.
     """
 
-    def __init__(self, root: Shape | None, validates: bool = False, escapes: bool = False):
+    def __init__(
+        self,
+        root: Shape | None,
+        validates: bool = False,
+        escapes: bool = False,
+        engine: str | None = None,
+    ):
         self.root = root
         self.validates = validates
         self.escapes = escapes
+        self.engine = resolve_engine(engine)
+        # only repeated keys are refused: the native core scans tokens for them
+        self._native_keys = self.engine == "native" and root is None and not validates
         # (shapes, value text) -> passes; bounded, and the shapes are those of `root`
         self._verdicts: dict[tuple[tuple[Shape, ...], bytes], bool] = {}
         self.start = _State(_VALUE, (), b"", False, ())
@@ -113,6 +126,34 @@ class JsonChecks:
             if state is None:
                 return None
         return state
+
+    def refused(self, state: _State, tokens: np.ndarray, vocab: Vocabulary) -> list[int]:
+        """The tokens of `tokens` that `feed` refuses from `state`, scanned in the native
+        core when only repeated keys are checked."""
+        if self._native_keys:
+            from constrain.engine.native import json_key_refusals
+
+            frames = [(isinstance(f, _Object), getattr(f, "seen", None)) for f in state.frames]
+            found = json_key_refusals(
+                _token_texts(vocab),
+                tokens,
+                state.mode,
+                state.escaped,
+                state.text,
+                frames,
+                json.loads,
+            )
+            return found.tolist()
+        out = []
+        for token in tokens.tolist():
+            data = vocab.token_bytes(token)
+            if data and self.feed(state, data) is None:
+                out.append(token)
+        return out
+
+    def with_engine(self, engine: str) -> JsonChecks:
+        """This check with its token scans in `engine` (see `constrain.engine.engines`)."""
+        return JsonChecks(self.root, self.validates, self.escapes, engine)
 
     def risky(self, state: _State):
         """The tokens that could be refused next, as a selector (see `selects`): with a unique
@@ -326,6 +367,16 @@ class JsonChecks:
         frames = state.frames[:-1]
         state = state.but(mode=_AFTER, frames=frames)
         return self._value_done(state)
+
+
+def _token_texts(vocab: Vocabulary):
+    """The vocabulary's token bytes in the native core (copied once, kept by the vocabulary)."""
+    from constrain.engine.native import TokenTexts
+
+    return vocab.derived.get_or_build(
+        ("native token texts",),
+        lambda: TokenTexts([vocab.token_bytes(t) or b"" for t in range(vocab.size)]),
+    )
 
 
 def _closing_quote(data: bytes, i: int) -> int:

@@ -184,7 +184,7 @@ class Grammar:
             automaton = CFGAutomaton(self.ir, lint=False, engine=engine)
         copy = Grammar(automaton, kind=self.kind, source=self.source)
         copy.ir = self.ir
-        copy.check = self.check
+        copy.check = None if self.check is None else self.check.with_engine(engine)
         return copy
 
     @property
