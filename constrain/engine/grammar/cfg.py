@@ -69,7 +69,7 @@ class CFGAutomaton:
         self.parser = EarleyParser(ir, self.lexeme_ids)
         self.lexer = make_lexer(self.lexeme_table, engine)
         self._pieces: weakref.WeakKeyDictionary[TokenTrie, dict] = weakref.WeakKeyDictionary()
-        self._admits: dict[tuple[int, int, ByteDFA], bool] = {}
+        self._admits: dict[tuple, bool] = {}  # (lexer state or lexeme, language) -> admits
         self._completions: Completions | None = None
         self._expected: dict[tuple, list[int]] = {}
         self._forced: dict[tuple, bytes] = {}
@@ -195,15 +195,14 @@ class CFGAutomaton:
         searched, for strings that different lexemes cover together."""
         node, s = state
         s = self._start(node) if s == _FRESH else s
-        alive = self.lexer.key(s)
-        if any(self._lexeme_admits(lexeme, at, language) for lexeme, at in alive):
-            return True
-        if len(alive) == 1:
-            return False
         key = (s, language)
         found = self._admits.get(key)
         if found is None:
-            found = self._admits[key] = admits(self.lexer.rows, s, language)
+            alive = self.lexer.key(s)
+            found = any(self._lexeme_admits(lexeme, at, language) for lexeme, at in alive)
+            if not found and len(alive) > 1:
+                found = admits(self.lexer.rows, s, language)
+            self._admits[key] = found
         return found
 
     def _lexeme_admits(self, lexeme: int, at: int, language: ByteDFA) -> bool:
