@@ -781,3 +781,26 @@ def test_shape_algebra_memo_belongs_to_its_compilation():
     assert kept() is None
     with pytest.raises(CompileTimeout):
         ShapeAlgebra(deadline=0.0).time_left()
+
+
+def test_vectorised_selection_is_selects(any_vocab):
+    """`JsonChecks.select` (the whole vocabulary at once) picks exactly the tokens whose bytes
+    `selects` picks one by one, for every kind of selector the check makes."""
+    from constrain.jsonschema.checks import JsonChecks
+
+    check = JsonChecks(None)
+    closers, ws = frozenset(b",]}"), frozenset(b" \t\n\r")
+    selectors = [
+        ("quotes", 1),
+        ("quotes", 2),
+        ("quotes", 4),
+        ("ends", frozenset(b'" \t\n\r,]}')),
+        ("exit", closers),
+        ("exit", closers | ws),
+        ("either", ("exit", closers), ("ends", frozenset(b"\\"))),
+        ("prefixes", (b"ab", b'c"'), ("exit", closers)),
+    ]
+    texts = [any_vocab.token_bytes(t) or b"" for t in range(any_vocab.size)]
+    for selector in selectors:
+        expected = [t for t, data in enumerate(texts) if data and check.selects(selector, data)]
+        assert check.select(selector, any_vocab).tolist() == expected, selector

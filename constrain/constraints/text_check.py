@@ -106,28 +106,13 @@ class TextChecked(MatcherWrapper):
 def selected_tokens(vocab: Vocabulary, text_check: TextCheck, selector: Hashable) -> np.ndarray:
     """Ids of the text tokens `selector` names (see `TextCheck`), kept by the vocabulary.
 
-    A ``("prefixes", rests, inner)`` selector is read off the token trie (the tokens starting
-    with one of `rests`, plus those `inner` selects); any other asks the check of each token."""
+    Computed by the check (`TextCheck.select`) once per selector."""
     selections: BoundedCache = vocab.derived.get_or_build(
         ("text-check selections",), lambda: BoundedCache(_SELECTIONS_KEPT)
     )
     key = (type(text_check), selector)
     found = selections.get(key)
     if found is None:
-        if selector[0] == "prefixes":
-            _, rests, inner = selector
-            prefixed = [vocab.trie.tokens_with_prefix(rest) for rest in rests]
-            found = np.unique(
-                np.concatenate([selected_tokens(vocab, text_check, inner), *prefixed])
-            )
-        else:
-            found = np.array(
-                [
-                    t
-                    for t in range(vocab.size)
-                    if (text := vocab.token_bytes(t)) and text_check.selects(selector, text)
-                ],
-                dtype=np.int64,
-            )
+        found = text_check.select(selector, vocab)
         selections[key] = found
     return found

@@ -79,6 +79,9 @@ class TextCheck(Protocol):
 
     def selects(self, selector: Hashable, data: bytes) -> bool: ...
 
+    def select(self, selector: Hashable, vocab: Vocabulary) -> np.ndarray:
+        """Ids of the text tokens of `vocab` that `selector` selects (`selects`, all at once)."""
+
     def refused(self, state: Hashable, tokens: np.ndarray, vocab: Vocabulary) -> list[int]:
         """The tokens of `tokens` whose bytes `feed` refuses from `state`, all at once."""
 

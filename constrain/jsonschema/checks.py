@@ -221,6 +221,16 @@ class JsonChecks:
             return data.count(b'"') >= selector[1]
         return not selector[1].isdisjoint(data)
 
+    def select(self, selector, vocab: Vocabulary) -> np.ndarray:
+        """Ids of the text tokens `selector` selects: `selects` over the whole vocabulary at
+        once, on its bytes laid end to end (a ``"prefixes"`` selector reads the trie)."""
+        kind = selector[0]
+        if kind == "prefixes":
+            _, rests, inner = selector
+            prefixed = [vocab.trie.tokens_with_prefix(rest) for rest in rests]
+            return np.unique(np.concatenate([self.select(inner, vocab), *prefixed]))
+        return np.flatnonzero(_selected(selector, _byte_table(vocab)))
+
     # -- scanning -------------------------------------------------------------------------------
 
     def _string_run(self, state: _State, data: bytes, i: int) -> tuple[int, _State | None]:
@@ -367,6 +377,47 @@ class JsonChecks:
         frames = state.frames[:-1]
         state = state.but(mode=_AFTER, frames=frames)
         return self._value_done(state)
+
+
+class _ByteTable:
+    """A vocabulary's token bytes end to end, with what `selects` asks of each byte."""
+
+    def __init__(self, vocab: Vocabulary):
+        texts = [vocab.token_bytes(t) or b"" for t in range(vocab.size)]
+        lengths = np.array([len(t) for t in texts], dtype=np.int64)
+        self.data = np.frombuffer(b"".join(texts), dtype=np.uint8)
+        self.token = np.repeat(np.arange(vocab.size), lengths)  # the token of each byte
+        self.size = vocab.size
+        quote = self.data == 0x22
+        self.quotes = np.bincount(self.token[quote], minlength=vocab.size)
+        # each byte comes after a quote of its own token
+        seen = np.concatenate([[0], np.cumsum(quote)])  # quotes before each byte offset
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        self.after_quote = seen[:-1] - seen[starts][self.token] > 0
+
+    def having(self, found: np.ndarray) -> np.ndarray:
+        """Per token: some of its bytes are `found` (a bool per byte)."""
+        return np.bincount(self.token[found], minlength=self.size) > 0
+
+    def of(self, byte_set: frozenset[int]) -> np.ndarray:
+        return np.isin(self.data, np.fromiter(byte_set, dtype=np.uint8))
+
+
+def _selected(selector, table: _ByteTable) -> np.ndarray:
+    """Per token: `JsonChecks.selects(selector, its bytes)` (tokens without bytes: False)."""
+    kind = selector[0]
+    if kind == "either":
+        return _selected(selector[1], table) | _selected(selector[2], table)
+    if kind == "quotes":
+        return table.quotes >= selector[1]
+    if kind == "exit":
+        after = table.having(table.of(selector[1]) & table.after_quote)
+        return (table.quotes >= 1) & ((table.quotes >= 3) | after)
+    return table.having(table.of(selector[1]))  # "ends"
+
+
+def _byte_table(vocab: Vocabulary) -> _ByteTable:
+    return vocab.derived.get_or_build(("json check bytes",), lambda: _ByteTable(vocab))
 
 
 def _token_texts(vocab: Vocabulary):
