@@ -121,3 +121,22 @@ def test_columns_past_the_bitmask_are_refused():
     logits = torch.zeros(70)
     apply_bitmask_(logits, packed)
     assert torch.isfinite(logits[:40]).all() and torch.isinf(logits[40:]).all()
+
+
+def test_masks_shared_between_sequences_follow_each_ones_keys(smollm_vocab):
+    """Sequences of one constraint in the same automaton state but with different keys seen
+    get their own refusals (narrowed masks are shared only where the keys agree)."""
+    grammar = cn.Grammar.from_json_schema({"type": "object"}, spellings="all")
+    shared = cn.Constraint(grammar, smollm_vocab)
+    size = smollm_vocab.size
+    texts = ['{"name":1,"name', '{"type":1,"name', '{"name":1,"name', '{"type":1,"name":2,"type']
+    masks, inner_keys = [], []
+    for text in texts:
+        matcher = shared.start()
+        matcher.advance_many(smollm_vocab.encode_bytes(text.encode()))
+        masks.append(matcher.bitmask())
+        inner_keys.append(matcher.inner.mask_key())
+        expected = _checks(_fresh(grammar, smollm_vocab, text), size)
+        assert (bitmask.unpack(masks[-1], size) == expected).all(), text
+    assert inner_keys[0] == inner_keys[1]  # the same automaton state...
+    assert not np.array_equal(masks[0], masks[1])  # ...but different keys to refuse

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from constrain.constraints.budget import Budgeted, CompletionPlans
 from constrain.constraints.text_check import TextChecked
 from constrain.engine.cache import BoundedCache
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["Constraint"]
 
 _DEVICE_MASKS_KEPT = 256  # masks kept on devices (least recently used out)
+_CHECKED_MASKS_KEPT = 2**16  # masks narrowed by a text check
 _FORCED_CHOICES_KEPT = 4096  # forced texts whose tokenization by a model is remembered
 
 
@@ -47,6 +50,10 @@ class Constraint:
         self.device_masks: BoundedCache[tuple[Hashable, str], torch.Tensor] = BoundedCache(
             _DEVICE_MASKS_KEPT
         )
+        # bitmasks narrowed by the grammar's text check, by `TextChecked.mask_key`
+        self.checked_masks: BoundedCache[Hashable, np.ndarray] = BoundedCache(
+            _CHECKED_MASKS_KEPT, max_bytes=max_cache_bytes // 4, size=lambda mask: mask.nbytes
+        )
         # (model name, forced text) -> the token the model chose for it (speculative drafts
         # follow the model's own tokenization of forced text, learnt across generations)
         self.forced_choices: BoundedCache[tuple[str, bytes], int] = BoundedCache(
@@ -62,7 +69,7 @@ class Constraint:
         """
         matcher: TokenMatcher = self.token_automaton.start(self)
         if self.grammar.check is not None:
-            matcher = TextChecked(matcher, self.grammar.check, self.vocab)
+            matcher = TextChecked(matcher, self.grammar.check, self.vocab, self.checked_masks)
         if max_tokens is not None:
             matcher = Budgeted(matcher, self.plans, max_tokens)
         return matcher

@@ -26,23 +26,27 @@ from constrain.errors import InvalidTokenError
 __all__ = ["TextChecked", "selected_tokens"]
 
 _SELECTIONS_KEPT = 1024  # token sets per vocabulary, one per (kind of check, selector)
+_MASKS_KEPT = 4096  # narrowed bitmasks a constraint keeps (32 KiB each at most: 128 MiB)
 
 
 class TextChecked(MatcherWrapper):
     """`inner` with `text_check` applied to its text (see the module docstring)."""
 
-    __slots__ = ("text_check", "vocab", "_texts")
+    __slots__ = ("text_check", "vocab", "masks", "_texts")
 
     def __init__(
         self,
         inner: TokenMatcher,
         text_check: TextCheck,
         vocab: Vocabulary,
+        masks: BoundedCache | None = None,
         texts: list | None = None,
     ):
         super().__init__(inner)
         self.text_check = text_check
         self.vocab = vocab
+        # narrowed bitmasks by `mask_key`, shared by the constraint's matchers
+        self.masks = masks if masks is not None else BoundedCache(_MASKS_KEPT)
         self._texts = texts if texts is not None else [text_check.start]
 
     # -- queries ----------------------------------------------------------------------------------
@@ -52,22 +56,34 @@ class TextChecked(MatcherWrapper):
 
     def bitmask(self) -> np.ndarray:
         packed = self.inner.bitmask()
-        risky = self.text_check.risky(self._texts[-1])
+        here = self._texts[-1]
+        risky = self.text_check.risky(here)
         if risky is None or self.inner.finished():
             return packed
-        sensitive = selected_tokens(self.vocab, self.text_check, risky)
-        allowed = bitmask.allowed_among(packed, sensitive)
-        refused = self.text_check.refused(self._texts[-1], allowed, self.vocab)
-        return bitmask.without(packed, refused) if refused else packed
+        key = self.mask_key()
+        found = None if key is None else self.masks.get(key)
+        if found is None:
+            sensitive = selected_tokens(self.vocab, self.text_check, risky)
+            allowed = bitmask.allowed_among(packed, sensitive)
+            refused = self.text_check.refused(here, allowed, self.vocab)
+            found = bitmask.without(packed, refused) if refused else packed
+            if key is not None:
+                self.masks[key] = found
+        return found
 
     def mask(self) -> np.ndarray:
         return bitmask.unpack(self.bitmask(), self.vocab.size)
 
     def mask_key(self) -> Hashable | None:
-        risky = self.text_check.risky(self._texts[-1])
-        if risky is not None and len(selected_tokens(self.vocab, self.text_check, risky)):
-            return None
-        return self.inner.mask_key()
+        """The inner key while the check cannot refuse anything; with risky tokens, the inner
+        key and what the check's refusals depend on (None when that is this sequence alone)."""
+        here = self._texts[-1]
+        risky = self.text_check.risky(here)
+        inner = self.inner.mask_key()
+        if risky is None or not len(selected_tokens(self.vocab, self.text_check, risky)):
+            return inner
+        shared = self.text_check.state_key(here)
+        return None if shared is None or inner is None else ("text check", inner, shared)
 
     # -- state changes ----------------------------------------------------------------------------
 
@@ -89,7 +105,8 @@ class TextChecked(MatcherWrapper):
             del self._texts[-n:]
 
     def fork(self) -> TextChecked:
-        return TextChecked(self.inner.fork(), self.text_check, self.vocab, list(self._texts))
+        inner = self.inner.fork()
+        return TextChecked(inner, self.text_check, self.vocab, self.masks, list(self._texts))
 
     # -- the check ---------------------------------------------------------------------------------
 

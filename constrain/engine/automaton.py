@@ -85,6 +85,10 @@ class TextCheck(Protocol):
     def refused(self, state: Hashable, tokens: np.ndarray, vocab: Vocabulary) -> list[int]:
         """The tokens of `tokens` whose bytes `feed` refuses from `state`, all at once."""
 
+    def state_key(self, state: Hashable) -> Hashable | None:
+        """What `refused` depends on at `state`, to share its answers between states (None:
+        nothing to share)."""
+
     def with_engine(self, engine: str) -> TextCheck:
         """The same check with its token scans in `engine`."""
 

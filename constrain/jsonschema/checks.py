@@ -151,6 +151,14 @@ class JsonChecks:
                 out.append(token)
         return out
 
+    def state_key(self, state: _State):
+        """What `refused` depends on at `state`, when only repeated keys are checked (the mode,
+        the key in progress and the keys of each open object); None otherwise."""
+        if self.root is not None or self.validates:
+            return None
+        frames = tuple(f.seen if isinstance(f, _Object) else None for f in state.frames)
+        return (state.mode, state.escaped, state.text, frames)
+
     def with_engine(self, engine: str) -> JsonChecks:
         """This check with its token scans in `engine` (see `constrain.engine.engines`)."""
         return JsonChecks(self.root, self.validates, self.escapes, engine)
