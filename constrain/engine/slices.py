@@ -51,7 +51,7 @@ class VocabularySlices:
     """
 
     def __init__(self, vocab: Vocabulary, patterns: tuple[str, ...] = SLICE_PATTERNS):
-        self._token_bytes = [vocab.token_bytes(i) for i in range(vocab.size)]
+        self._token_bytes = [b or None for b in vocab.texts]
         self._owner = np.full(vocab.size, -1, dtype=np.int64)
         slices = []
         for k, pattern in enumerate(patterns):

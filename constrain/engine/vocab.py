@@ -173,6 +173,11 @@ class Vocabulary:
         return None
 
     @cached_property
+    def texts(self) -> tuple[bytes, ...]:
+        """Every id's bytes in id order, b"" where `token_bytes` is None (size entries)."""
+        return tuple(b or b"" for b in self._bytes) + (b"",) * (self.size - len(self._bytes))
+
+    @cached_property
     def text_token_ids(self) -> np.ndarray:
         """Ids of all tokens that contribute text (int64, ascending)."""
         return np.array([i for i, b in enumerate(self._bytes) if b], dtype=np.int64)

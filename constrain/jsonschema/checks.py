@@ -40,6 +40,7 @@ _SCALAR_END = frozenset(b" \t\n\r,]}")
 _ITEM_ENDS = frozenset(b'" \t\n\r,]}')
 _CLOSERS = frozenset(b",]}")  # after a string: what ends a container or starts a new member
 _MAX_VERDICTS = 4096  # validations of completed values remembered per schema
+_MAX_SELECTIONS = 64  # token selections remembered per vocabulary (a handful occur)
 # quotes a token needs to complete a repeated key, by mode: to close a key in progress, to write
 # a whole key (from after a value, a comma or an opening brace), or to close a string value first
 _QUOTES_TO_KEY = {_KEYSTR: 1, _STRING: 3}
@@ -237,7 +238,7 @@ class JsonChecks:
             _, rests, inner = selector
             prefixed = [vocab.trie.tokens_with_prefix(rest) for rest in rests]
             return np.unique(np.concatenate([self.select(inner, vocab), *prefixed]))
-        return np.flatnonzero(_selected(selector, _byte_table(vocab)))
+        return _byte_table(vocab).selected(selector)
 
     # -- scanning -------------------------------------------------------------------------------
 
@@ -391,8 +392,8 @@ class _ByteTable:
     """A vocabulary's token bytes end to end, with what `selects` asks of each byte."""
 
     def __init__(self, vocab: Vocabulary):
-        texts = [vocab.token_bytes(t) or b"" for t in range(vocab.size)]
-        lengths = np.array([len(t) for t in texts], dtype=np.int64)
+        texts = vocab.texts
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
         self.data = np.frombuffer(b"".join(texts), dtype=np.uint8)
         self.token = np.repeat(np.arange(vocab.size), lengths)  # the token of each byte
         self.size = vocab.size
@@ -403,12 +404,26 @@ class _ByteTable:
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         self.after_quote = seen[:-1] - seen[starts][self.token] > 0
 
+        self._selections: dict = {}  # selector -> token ids (a handful of selectors occur)
+
+    def selected(self, selector) -> np.ndarray:
+        """Ids of the tokens `selector` (not "prefixes") selects, remembered."""
+        found = self._selections.get(selector)
+        if found is None:
+            if len(self._selections) >= _MAX_SELECTIONS:
+                self._selections.clear()
+            found = self._selections[selector] = np.flatnonzero(_selected(selector, self))
+        return found
+
     def having(self, found: np.ndarray) -> np.ndarray:
         """Per token: some of its bytes are `found` (a bool per byte)."""
         return np.bincount(self.token[found], minlength=self.size) > 0
 
     def of(self, byte_set: frozenset[int]) -> np.ndarray:
-        return np.isin(self.data, np.fromiter(byte_set, dtype=np.uint8))
+        """Per byte: it is in `byte_set`."""
+        table = np.zeros(256, dtype=bool)
+        table[list(byte_set)] = True
+        return table[self.data]
 
 
 def _selected(selector, table: _ByteTable) -> np.ndarray:
@@ -434,7 +449,7 @@ def _token_texts(vocab: Vocabulary):
 
     return vocab.derived.get_or_build(
         ("native token texts",),
-        lambda: TokenTexts([vocab.token_bytes(t) or b"" for t in range(vocab.size)]),
+        lambda: TokenTexts(list(vocab.texts)),
     )
 
 
