@@ -99,17 +99,23 @@ def test_library_grammars_same_masks(name, any_vocab):
 def test_random_token_sequences_same_masks(data, smollm_vocab):
     """Random walks: each next token drawn from the allowed ones (or any token, now and then)."""
     name = data.draw(st.sampled_from(_LIBRARY))
-    grammar = cn.grammars.load(name)
-    python = cn.Constraint(grammar.with_engine("python"), smollm_vocab).start()
-    native = cn.Constraint(grammar.with_engine("native"), smollm_vocab).start()
-    for _ in range(data.draw(st.integers(1, 12))):
-        a, b = python.mask(), native.mask()
-        assert np.array_equal(a, b)
-        allowed = np.flatnonzero(a)
+    _random_walk(data, cn.grammars.load(name), smollm_vocab, 12)
+
+
+def _random_walk(data, grammar, vocab, steps: int, favoured: np.ndarray | None = None) -> None:
+    """Up to `steps` tokens drawn from the allowed ones (from the `favoured` ones among them
+    half of the time), both engines' bitmasks equal before each."""
+    python = cn.Constraint(grammar.with_engine("python"), vocab).start()
+    native = cn.Constraint(grammar.with_engine("native"), vocab).start()
+    for _ in range(data.draw(st.integers(1, steps))):
+        assert np.array_equal(python.bitmask(), native.bitmask())
+        allowed = np.flatnonzero(python.mask())
+        if favoured is not None and data.draw(st.booleans()):
+            allowed = allowed[favoured[allowed]] if favoured[allowed].any() else allowed
         if not len(allowed):
             break
         token = int(allowed[data.draw(st.integers(0, len(allowed) - 1))])
-        if token in smollm_vocab.eos_ids:
+        if token in vocab.eos_ids:
             break
         python.advance(token)
         native.advance(token)
@@ -177,20 +183,5 @@ def test_repeated_keys_same_masks(data, smollm_vocab):
     if schema["type"] == "array":
         document = f"[{document}, {_object(data.draw)}]"
     assert_same_masks(grammar, smollm_vocab, smollm_vocab.encode(document))
-    python = cn.Constraint(grammar.with_engine("python"), smollm_vocab).start()
-    native = cn.Constraint(grammar.with_engine("native"), smollm_vocab).start()
-    texts = [smollm_vocab.token_bytes(t) or b"" for t in range(smollm_vocab.size)]
-    quoted = np.array([b'"' in text for text in texts])
-    for _ in range(data.draw(st.integers(1, 16))):
-        a, b = python.bitmask(), native.bitmask()
-        assert np.array_equal(a, b)
-        allowed = np.flatnonzero(python.mask())
-        with_quotes = allowed[quoted[allowed]]
-        pool = with_quotes if len(with_quotes) and data.draw(st.booleans()) else allowed
-        if not len(pool):
-            break
-        token = int(pool[data.draw(st.integers(0, len(pool) - 1))])
-        if token in smollm_vocab.eos_ids:
-            break
-        python.advance(token)
-        native.advance(token)
+    quoted = np.array([b'"' in text for text in smollm_vocab.texts])
+    _random_walk(data, grammar, smollm_vocab, 16, favoured=quoted)
