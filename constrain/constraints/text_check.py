@@ -23,10 +23,7 @@ from constrain.engine.matcher import TokenMatcher
 from constrain.engine.vocab import Vocabulary
 from constrain.errors import InvalidTokenError
 
-__all__ = ["TextChecked", "selected_tokens"]
-
-_SELECTIONS_KEPT = 1024  # token sets per vocabulary, one per (kind of check, selector)
-_MASKS_KEPT = 4096  # narrowed bitmasks a constraint keeps (32 KiB each at most: 128 MiB)
+__all__ = ["TextChecked"]
 
 
 class TextChecked(MatcherWrapper):
@@ -39,14 +36,13 @@ class TextChecked(MatcherWrapper):
         inner: TokenMatcher,
         text_check: TextCheck,
         vocab: Vocabulary,
-        masks: BoundedCache | None = None,
+        masks: BoundedCache,
         texts: list | None = None,
     ):
         super().__init__(inner)
         self.text_check = text_check
         self.vocab = vocab
-        # narrowed bitmasks by `mask_key`, shared by the constraint's matchers
-        self.masks = masks if masks is not None else BoundedCache(_MASKS_KEPT)
+        self.masks = masks  # narrowed bitmasks by `mask_key`: the constraint's, shared
         self._texts = texts if texts is not None else [text_check.start]
 
     # -- queries ----------------------------------------------------------------------------------
@@ -63,7 +59,7 @@ class TextChecked(MatcherWrapper):
         key = self.mask_key()
         found = None if key is None else self.masks.get(key)
         if found is None:
-            sensitive = selected_tokens(self.vocab, self.text_check, risky)
+            sensitive = self.text_check.select(risky, self.vocab)
             allowed = bitmask.allowed_among(packed, sensitive)
             refused = self.text_check.refused(here, allowed, self.vocab)
             found = bitmask.without(packed, refused) if refused else packed
@@ -80,7 +76,7 @@ class TextChecked(MatcherWrapper):
         here = self._texts[-1]
         risky = self.text_check.risky(here)
         inner = self.inner.mask_key()
-        if risky is None or not len(selected_tokens(self.vocab, self.text_check, risky)):
+        if risky is None or not len(self.text_check.select(risky, self.vocab)):
             return inner
         shared = self.text_check.state_key(here)
         return None if shared is None or inner is None else ("text check", inner, shared)
@@ -118,18 +114,3 @@ class TextChecked(MatcherWrapper):
         if risky is None or not data or not self.text_check.selects(risky, data):
             return True
         return not self.text_check.refused(here, np.array([token]), self.vocab)
-
-
-def selected_tokens(vocab: Vocabulary, text_check: TextCheck, selector: Hashable) -> np.ndarray:
-    """Ids of the text tokens `selector` names (see `TextCheck`), kept by the vocabulary.
-
-    Computed by the check (`TextCheck.select`) once per selector."""
-    selections: BoundedCache = vocab.derived.get_or_build(
-        ("text-check selections",), lambda: BoundedCache(_SELECTIONS_KEPT)
-    )
-    key = (type(text_check), selector)
-    found = selections.get(key)
-    if found is None:
-        found = text_check.select(selector, vocab)
-        selections[key] = found
-    return found

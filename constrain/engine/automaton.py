@@ -66,9 +66,8 @@ class TextCheck(Protocol):
     ``feed(state, data)`` is the state after `data`, or None when `data` breaks the condition.
     ``risky(state)`` names the tokens that could break it next (None: no token can), as a
     hashable *selector*; ``selects(selector, data)`` says whether a token's bytes are among
-    them. Checks and masks feed only selected tokens (`advance` feeds every token). A selector
-    ``("prefixes", rests, inner)`` selects the tokens starting with one of the byte strings
-    `rests` plus those `inner` selects; a `Matcher` finds those in the token trie.
+    them, and ``select(selector, vocab)`` names them all (remembered per vocabulary). Checks
+    and masks scan only selected tokens (`advance` feeds every token).
     """
 
     start: Hashable
@@ -80,7 +79,8 @@ class TextCheck(Protocol):
     def selects(self, selector: Hashable, data: bytes) -> bool: ...
 
     def select(self, selector: Hashable, vocab: Vocabulary) -> np.ndarray:
-        """Ids of the text tokens of `vocab` that `selector` selects (`selects`, all at once)."""
+        """Ids of the text tokens of `vocab` that `selector` selects (`selects`, all at once;
+        remembered per vocabulary)."""
 
     def refused(self, state: Hashable, tokens: np.ndarray, vocab: Vocabulary) -> list[int]:
         """The tokens of `tokens` whose bytes `feed` refuses from `state`, all at once."""

@@ -40,7 +40,7 @@ _SCALAR_END = frozenset(b" \t\n\r,]}")
 _ITEM_ENDS = frozenset(b'" \t\n\r,]}')
 _CLOSERS = frozenset(b",]}")  # after a string: what ends a container or starts a new member
 _MAX_VERDICTS = 4096  # validations of completed values remembered per schema
-_MAX_SELECTIONS = 64  # token selections remembered per vocabulary (a handful occur)
+_MAX_SELECTIONS = 1024  # token selections remembered per vocabulary (one per key prefix)
 # quotes a token needs to complete a repeated key, by mode: to close a key in progress, to write
 # a whole key (from after a value, a comma or an opening brace), or to close a string value first
 _QUOTES_TO_KEY = {_KEYSTR: 1, _STRING: 3}
@@ -134,7 +134,9 @@ class JsonChecks:
         if self._native_keys:
             from constrain.engine.native import json_key_refusals
 
-            frames = [(isinstance(f, _Object), getattr(f, "seen", None)) for f in state.frames]
+            frames = [
+                (True, f.seen) if isinstance(f, _Object) else (False, None) for f in state.frames
+            ]
             found = json_key_refusals(
                 _token_texts(vocab),
                 tokens,
@@ -233,12 +235,7 @@ class JsonChecks:
     def select(self, selector, vocab: Vocabulary) -> np.ndarray:
         """Ids of the text tokens `selector` selects: `selects` over the whole vocabulary at
         once, on its bytes laid end to end (a ``"prefixes"`` selector reads the trie)."""
-        kind = selector[0]
-        if kind == "prefixes":
-            _, rests, inner = selector
-            prefixed = [vocab.trie.tokens_with_prefix(rest) for rest in rests]
-            return np.unique(np.concatenate([self.select(inner, vocab), *prefixed]))
-        return _byte_table(vocab).selected(selector)
+        return _byte_table(vocab).selected(selector, vocab.trie)
 
     # -- scanning -------------------------------------------------------------------------------
 
@@ -403,16 +400,22 @@ class _ByteTable:
         seen = np.concatenate([[0], np.cumsum(quote)])  # quotes before each byte offset
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         self.after_quote = seen[:-1] - seen[starts][self.token] > 0
+        self._selections: dict = {}  # selector -> token ids
 
-        self._selections: dict = {}  # selector -> token ids (a handful of selectors occur)
-
-    def selected(self, selector) -> np.ndarray:
-        """Ids of the tokens `selector` (not "prefixes") selects, remembered."""
+    def selected(self, selector, trie) -> np.ndarray:
+        """Ids of the tokens `selector` selects, remembered (a ``"prefixes"`` selector reads
+        the token `trie` for its rests)."""
         found = self._selections.get(selector)
         if found is None:
             if len(self._selections) >= _MAX_SELECTIONS:
                 self._selections.clear()
-            found = self._selections[selector] = np.flatnonzero(_selected(selector, self))
+            if selector[0] == "prefixes":
+                _, rests, inner = selector
+                prefixed = [trie.tokens_with_prefix(rest) for rest in rests]
+                found = np.unique(np.concatenate([self.selected(inner, trie), *prefixed]))
+            else:
+                found = np.flatnonzero(_selected(selector, self))
+            self._selections[selector] = found
         return found
 
     def having(self, found: np.ndarray) -> np.ndarray:
