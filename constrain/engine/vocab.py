@@ -109,7 +109,11 @@ class Vocabulary:
         name: str = "",
         special_ids: Mapping[str, int] | None = None,
     ):
-        self._bytes: list[bytes | None] = list(token_bytes)
+        # a tuple, not a list: the garbage collector stops traversing it (see docs/architecture.md)
+        eos = {int(i) for i in eos_ids}
+        self._bytes: tuple[bytes | None, ...] = tuple(
+            None if i in eos else data for i, data in enumerate(token_bytes)
+        )
         self.size: int = max(size or 0, len(self._bytes))
         self.eos_ids: tuple[int, ...] = tuple(sorted({int(i) for i in eos_ids}))
         if not self.eos_ids:
@@ -117,9 +121,6 @@ class Vocabulary:
         bad = [i for i in self.eos_ids if not 0 <= i < self.size]
         if bad:
             raise VocabularyError(f"EOS ids {bad} are outside the vocabulary of size {self.size}")
-        for i in self.eos_ids:  # an EOS id never also stands for text
-            if i < len(self._bytes):
-                self._bytes[i] = None
         self.tokenizer = tokenizer
         self.name = name
         self.special_ids: dict[str, int] = dict(special_ids or {})

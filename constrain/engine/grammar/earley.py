@@ -52,18 +52,20 @@ class EarleyParser:
         nts = sorted(ir.nonterminals() | {_SUPER_START})
         nt_id = {n: i for i, n in enumerate(nts)}
         rules = [(_SUPER_START, (ir.start,))] + [(r.lhs, r.rhs) for r in ir.rules]
-        self.next_sym: list[
-            int | None
-        ] = []  # per dotted rule: nt id >= 0, ~lexeme id < 0, None = complete
-        self.lhs: list[int] = []
+        next_sym: list[int | None] = []  # per dotted rule: nt id >= 0, ~lexeme id < 0, None = complete
+        lhs_of: list[int] = []
         first_dotted: dict[int, list[int]] = {i: [] for i in range(len(nts))}
         for lhs, rhs in rules:
-            first_dotted[nt_id[lhs]].append(len(self.next_sym))
+            first_dotted[nt_id[lhs]].append(len(next_sym))
             for sym in rhs:
-                self.next_sym.append(nt_id[sym] if sym in nt_id else ~lexeme_ids[sym])
-                self.lhs.append(nt_id[lhs])
-            self.next_sym.append(None)
-            self.lhs.append(nt_id[lhs])
+                next_sym.append(nt_id[sym] if sym in nt_id else ~lexeme_ids[sym])
+                lhs_of.append(nt_id[lhs])
+            next_sym.append(None)
+            lhs_of.append(nt_id[lhs])
+        # tuples of ints, which the garbage collector untracks (lists it traverses at every
+        # full collection: for large grammars, pauses of hundreds of milliseconds)
+        self.next_sym: tuple[int | None, ...] = tuple(next_sym)
+        self.lhs: tuple[int, ...] = tuple(lhs_of)
         self.accept_item = 1  # "$start -> start ." is the second dotted rule
         self.nullable = self._nullable(rules, nt_id)
         # everything predicting nonterminal A adds: its items (all with origin None, i.e. the

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 from constrain.engine.regex import ByteDFA, compile_regex, dfa_from_byte_classes, dfa_from_strings
 from constrain.errors import GrammarError, RegexError
@@ -68,9 +69,11 @@ class Lexeme:
             raise GrammarError(f"terminal {self.name}: {exc}") from exc
 
 
-@dataclass(frozen=True)
-class Rule:
-    """``lhs -> rhs``: one alternative of the nonterminal `lhs` (an empty rhs derives "")."""
+class Rule(NamedTuple):
+    """``lhs -> rhs``: one alternative of the nonterminal `lhs` (an empty rhs derives "").
+
+    A named tuple of strings, so the garbage collector untracks it: grammars compiled from
+    large schemas hold hundreds of thousands of rules."""
 
     lhs: str
     rhs: tuple[str, ...]
