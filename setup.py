@@ -30,7 +30,13 @@ native = Pybind11Extension(
     cxx_std=17,
     extra_compile_args=["-O2", *(SANITIZE if sanitize else [])],
     extra_link_args=SANITIZE if sanitize else [],
-    depends=["native/lexer.hpp", "native/trie.hpp", "native/json_keys.hpp", "native/json_keys_impl.hpp"],
+    depends=[
+        "native/admits.hpp",
+        "native/lexer.hpp",
+        "native/trie.hpp",
+        "native/json_keys.hpp",
+        "native/json_keys_impl.hpp",
+    ],
 )
 
 setup(ext_modules=[native], cmdclass={"build_ext": AtomicBuildExt})

@@ -67,6 +67,8 @@ public:
     bool can_end(int32_t tag, uint8_t b) const { return can_end_[size_t(tag) * 256 + b]; }
 
     size_t n_states() const { return combos_.size(); }
+    size_t n_lexemes() const { return lexemes_.size(); }
+    const LexemeDFA& lexeme(int j) const { return lexemes_[size_t(j)]; }
     size_t n_tags() const { return tag_sets_.size(); }
     int n_joint() const { return n_joint_; }
     const std::array<int32_t, 256>& classes() const { return classes_; }

@@ -5,6 +5,7 @@
 
 #include <unordered_map>
 
+#include "admits.hpp"
 #include "json_keys.hpp"
 #include "lexer.hpp"
 #include "trie.hpp"
@@ -171,7 +172,19 @@ PYBIND11_MODULE(native, m) {
                 return to_array(walk_dfa(trie, dfa.next.data(), dfa.n_states, state, nullptr));
             },
             py::arg("trie"), py::arg("state"),
-            "The tokens whose bytes lead from `state` to a live state (a trie walk).");
+            "The tokens whose bytes lead from `state` to a live state (a trie walk).")
+        .def(
+            "admits",
+            [](const DFATable& dfa, int32_t state, const DFATable& language, int32_t start) {
+                if (state < 0 || state >= dfa.n_states) throw py::value_error("state out of range");
+                if (start < 0 || start >= language.n_states)
+                    throw py::value_error("language start out of range");
+                const int32_t* next = dfa.next.data();
+                return admits([next](int32_t q, uint8_t b) { return next[size_t(q) * 256 + b]; },
+                              state, language, start);
+            },
+            py::arg("state"), py::arg("language"), py::arg("language_start"),
+            "Whether every string of `language` keeps this DFA live from `state`.");
 
     py::class_<Lexer>(m, "Lexer")
         .def(py::init([](const Array<int64_t>& classes, int n_joint, const py::list& lexemes,
@@ -257,7 +270,39 @@ PYBIND11_MODULE(native, m) {
                     ends.append(py::make_tuple(tag, to_array(std::move(nodes))));
                 return py::make_tuple(to_array(std::move(piece.tokens)), ends);
             },
-            py::arg("trie"), py::arg("state"), py::arg("starts"), py::arg("end_at_start"));
+            py::arg("trie"), py::arg("state"), py::arg("starts"), py::arg("end_at_start"))
+        .def(
+            "admits",
+            [](Lexer& lx, int32_t state, const DFATable& language, int32_t start) {
+                if (state <= 0 || size_t(state) >= lx.n_states())
+                    throw py::value_error("state out of range");
+                if (start < 0 || start >= language.n_states)
+                    throw py::value_error("language start out of range");
+                return admits([&lx](int32_t q, uint8_t b) { return lx.next(q, b); }, state,
+                              language, start);
+            },
+            py::arg("state"), py::arg("language"), py::arg("language_start"),
+            "Whether every string of `language` keeps the lexer live from `state` (inside the "
+            "lexemes in progress, no boundary).")
+        .def(
+            "lexeme_admits",
+            [](const Lexer& lx, int lexeme, int32_t at, const DFATable& language, int32_t start) {
+                if (lexeme < 0 || size_t(lexeme) >= lx.n_lexemes())
+                    throw py::value_error("lexeme out of range");
+                const LexemeDFA& dfa = lx.lexeme(lexeme);
+                if (at <= 0 || size_t(at) >= dfa.accepting.size())
+                    throw py::value_error("lexeme state out of range");
+                if (start < 0 || start >= language.n_states)
+                    throw py::value_error("language start out of range");
+                const auto& classes = lx.classes();
+                return admits(
+                    [&](int32_t q, uint8_t b) {
+                        return dfa.next(q, dfa.own_of_joint[size_t(classes[b])]);
+                    },
+                    at, language, start);
+            },
+            py::arg("lexeme"), py::arg("at"), py::arg("language"), py::arg("language_start"),
+            "Whether every string of `language` keeps one lexeme's DFA live from state `at`.");
 
     py::class_<TokenTexts>(m, "TokenTexts", "Every token's bytes, for scans of token texts.")
         .def(py::init(&token_texts_from), py::arg("texts"))

@@ -102,6 +102,43 @@ def test_random_token_sequences_same_masks(data, smollm_vocab):
     _random_walk(data, cn.grammars.load(name), smollm_vocab, 12)
 
 
+@pytest.mark.parametrize("name", _LIBRARY)
+def test_slice_containment_same(name, smollm_vocab):
+    """`admits` (is a vocabulary slice's whole language live from here?) agrees in both
+    engines at every byte of the example texts: a wrong True would show in the masks, a wrong
+    False only in their cost, so it is compared directly."""
+    from constrain.engine.slices import slices_of
+
+    grammar = cn.grammars.load(name)
+    python, native = grammar.with_engine("python").automaton, grammar.with_engine("native").automaton
+    languages = [part.language for part in slices_of(smollm_vocab).slices]
+    compared = 0
+    for text in _TEXTS[name]:
+        a, b = python.start, native.start
+        for byte in text.encode():
+            for language in languages:
+                assert python.admits(a, language) == native.admits(b, language), (text, byte)
+                compared += 1
+            a, b = python.step(a, bytes([byte])), native.step(b, bytes([byte]))
+            assert (a is None) == (b is None)
+            if a is None:
+                break
+    assert compared > 40
+
+
+@given(pattern=st.sampled_from([r"[a-z ]{0,12}", r"\w+( \w+)*", r'"[^"]*"', r"(ab|a b)*c?"]))
+@settings(max_examples=8, deadline=None)
+def test_regex_slice_containment_same(pattern, smollm_vocab):
+    """The same for a regex's DFA, at every state."""
+    from constrain.engine.slices import slices_of
+
+    grammar = cn.Grammar.from_regex(pattern)
+    python, native = grammar.with_engine("python").automaton, grammar.with_engine("native").automaton
+    for language in [part.language for part in slices_of(smollm_vocab).slices]:
+        for state in range(1, python.dfa.n_states):
+            assert python.admits(state, language) == native.admits(state, language)
+
+
 def _random_walk(data, grammar, vocab, steps: int, favoured: np.ndarray | None = None) -> None:
     """Up to `steps` tokens drawn from the allowed ones (from the `favoured` ones among them
     half of the time), both engines' bitmasks equal before each."""

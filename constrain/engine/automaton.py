@@ -105,7 +105,10 @@ class DFAAutomaton:
         self._accepting = dfa.accepting
         self._can_continue = (self._table != 0).any(axis=1)
         self._admits: dict[tuple[int, ByteDFA], bool] = {}
-        self._native_table = None  # the transitions copied into the native core, on first use
+        # the transitions (and the languages `admits` is asked about) copied into the native
+        # core on first use
+        self._native_table = None
+        self._native_languages: dict[ByteDFA, object] = {}
 
     def step(self, state: int, data: bytes) -> int | None:
         nxt = self.dfa.walk(state, data)
@@ -138,14 +141,29 @@ class DFAAutomaton:
         key = (state, language)
         found = self._admits.get(key)
         if found is None:
-            found = self._admits[key] = admits(self._table, state, language)
+            if self.engine == "python":
+                found = admits(self._table, state, language)
+            else:
+                found = self._native().admits(state, self._native_language(language), language.start)
+            self._admits[key] = found
         return found
 
     def token_ids(self, state: int, trie: TokenTrie) -> np.ndarray:
         if self.engine == "python":
             return trie.tokens_read_by(self._table, state)
+        return self._native().tokens(trie.native, state)
+
+    def _native(self):
         if self._native_table is None:
             from constrain.engine.native import DFATable
 
             self._native_table = DFATable(self._table)
-        return self._native_table.tokens(trie.native, state)
+        return self._native_table
+
+    def _native_language(self, language: ByteDFA):
+        found = self._native_languages.get(language)
+        if found is None:
+            from constrain.engine.native import DFATable
+
+            found = self._native_languages[language] = DFATable(language.transitions)
+        return found

@@ -42,7 +42,6 @@ from constrain.engine.grammar.ir import GrammarIR
 from constrain.engine.grammar.lexers import make_lexer
 from constrain.engine.grammar.lint import check_lexeme_ends
 from constrain.engine.regex import ByteDFA
-from constrain.engine.slices import admits
 from constrain.engine.vocab import TokenTrie
 
 __all__ = ["CFGAutomaton"]
@@ -201,7 +200,7 @@ class CFGAutomaton:
             alive = self.lexer.key(s)
             found = any(self._lexeme_admits(lexeme, at, language) for lexeme, at in alive)
             if not found and len(alive) > 1:
-                found = admits(self.lexer.rows, s, language)
+                found = self.lexer.admits(s, language)
             self._admits[key] = found
         return found
 
@@ -209,8 +208,7 @@ class CFGAutomaton:
         key = ("lexeme", lexeme, at, language)
         found = self._admits.get(key)
         if found is None:
-            table = self.lexeme_table[lexeme].dfa.transitions
-            found = self._admits[key] = admits(table, at, language)
+            found = self._admits[key] = self.lexer.lexeme_admits(lexeme, at, language)
         return found
 
     def token_ids(self, state: tuple, trie: TokenTrie) -> np.ndarray:

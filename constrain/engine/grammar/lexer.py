@@ -29,7 +29,9 @@ import numpy as np
 
 from constrain.engine.grammar.ir import Lexeme
 from constrain.engine.grammar.keywords import word_continuations
+from constrain.engine.regex import ByteDFA
 from constrain.engine.regex.dfa import joint_byte_classes
+from constrain.engine.slices import admits
 from constrain.engine.vocab import TokenTrie
 from constrain.errors import GrammarError
 
@@ -75,6 +77,12 @@ class ByteLexer(Protocol):
         """From `state`, read the trie subtrees of `starts` (each start's own byte first); a
         byte no lexeme can read ends the lexemes of the tag where it may end before it (at a
         start node only when `end_at_start`: a lexeme just started cannot end yet)."""
+
+    def admits(self, state: int, language: ByteDFA) -> bool:
+        """Every string of `language` keeps `state` live (no lexeme boundary involved)."""
+
+    def lexeme_admits(self, lexeme: int, at: int, language: ByteDFA) -> bool:
+        """Every string of `language` keeps lexeme `lexeme`'s own DFA live from its state `at`."""
 
 
 class Lexer:
@@ -159,6 +167,12 @@ class Lexer:
             live = np.flatnonzero(self._rows_table[state][self.classes])
             found = self._live[state] = tuple(live.tolist())
         return found
+
+    def admits(self, state: int, language: ByteDFA) -> bool:
+        return admits(self.rows, state, language)
+
+    def lexeme_admits(self, lexeme: int, at: int, language: ByteDFA) -> bool:
+        return admits(self._table[lexeme].dfa.transitions, at, language)
 
     def key(self, state: int) -> tuple:
         """The (lexeme id, DFA state) pairs alive in `state`."""

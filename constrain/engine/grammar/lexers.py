@@ -19,6 +19,7 @@ from constrain.engine.engines import resolve_engine
 from constrain.engine.grammar.ir import Lexeme
 from constrain.engine.grammar.keywords import word_continuations
 from constrain.engine.grammar.lexer import MAX_LEXER_STATES, ByteLexer, Lexer, Piece
+from constrain.engine.regex import ByteDFA
 from constrain.engine.regex.dfa import joint_byte_classes
 from constrain.engine.vocab import TokenTrie
 from constrain.errors import GrammarError
@@ -75,6 +76,8 @@ class NativeLexer:
         self._live: dict[int, tuple[int, ...]] = {}
         self._tag_sets: dict[int, frozenset[int]] = {}
         self._ends: dict[int, np.ndarray] = {}
+        # the languages `admits` is asked about (a vocabulary's few slices), copied in once
+        self._languages: dict[ByteDFA, object] = {}
 
     def _call(self, fn, *args):
         """`fn(*args)`, with the lexer's state budget reported as Python's lexer reports it."""
@@ -138,6 +141,18 @@ class NativeLexer:
             self._lexer.walk, trie.native, state, np.asarray(starts, dtype=np.int64), end_at_start
         )
         return Piece(tokens, [(self.tag_set(tag), nodes) for tag, nodes in ends])
+
+    def _language(self, language: ByteDFA):
+        found = self._languages.get(language)
+        if found is None:
+            found = self._languages[language] = self._native_module.DFATable(language.transitions)
+        return found
+
+    def admits(self, state: int, language: ByteDFA) -> bool:
+        return self._call(self._lexer.admits, state, self._language(language), language.start)
+
+    def lexeme_admits(self, lexeme: int, at: int, language: ByteDFA) -> bool:
+        return self._lexer.lexeme_admits(lexeme, at, self._language(language), language.start)
 
     def __repr__(self) -> str:
         return f"NativeLexer(lexemes={len(self._table)}, states={self.n_states})"
