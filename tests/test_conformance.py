@@ -123,3 +123,17 @@ def test_harness_checks_every_spelling(tmp_path, smollm_vocab):
     canonical = {"whitespace": "default", "spellings": "canonical"}
     records = conformance.run_test_suite(root, smollm_vocab, canonical)
     assert not records[0]["passed"]
+
+
+def test_memory_bench_measures_every_kept_schema(tmp_path, smollm_vocab):
+    """The memory bench compiles every schema but the warm-up (the one it cannot compile is
+    left out of the count), runs them, and holds matchers halfway through an instance."""
+    from constrain.bench import memory
+
+    jobs = _tiny_maskbench(tmp_path)
+    row = memory.measure_in_process("constrain", "smollm2-135m-instruct", jobs)
+    assert row["schemas"] == 1  # "a" warms up, "b" does not compile, "c" is measured
+    options = {"whitespace": "default", "any_order": True}
+    tokens = smollm_vocab.encode(conformance.serialise({"x": 1}, options))
+    assert row["matcher_tokens"] == len(tokens) // 2
+    assert memory.table([row]).splitlines()[2].startswith("| constrain | 1 |")

@@ -37,7 +37,8 @@ from constrain.engine.regex import DEAD, ByteDFA, dfa_from_table
 __all__ = ["SPELLINGS", "canonical_numbers", "every_escape"]
 
 SPELLINGS = ("canonical", "all")
-_KEPT = 512  # expanded DFAs kept (see every_escape)
+_KEPT = 512  # expanded DFAs kept (see every_escape) ...
+_KEPT_BYTES = 128 * 2**20  # ... and their tables' bytes at most
 
 _DOT, _ZERO, _MINUS, _QUOTE, _BACKSLASH = (ord(c) for c in '.0-"\\')
 _QUOTING = (_QUOTE, _BACKSLASH)  # bytes a string reads raw only to end or to escape
@@ -321,7 +322,9 @@ def _boundaries(
     return inside
 
 
-_EXPANDED: BoundedCache[tuple[ByteDFA, bool], ByteDFA] = BoundedCache(_KEPT)
+_EXPANDED: BoundedCache[tuple[ByteDFA, bool], ByteDFA] = BoundedCache(
+    _KEPT, max_bytes=_KEPT_BYTES, size=lambda dfa: dfa.transitions.nbytes
+)
 _EXPANDED_LOCK = threading.Lock()
 
 

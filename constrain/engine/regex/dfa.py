@@ -882,8 +882,11 @@ def _to_bytes(
 # -- public constructors --------------------------------------------------------------------------
 
 # compiled regexes by (pattern, max_states, max_memory, dialect, encoding): the timeout is not
-# part of the key, so callers passing the time left of a larger compilation still share entries
-_COMPILED: BoundedCache[tuple, ByteDFA] = BoundedCache(256)
+# part of the key, so callers passing the time left of a larger compilation still share entries;
+# bounded by their tables' bytes too (a DFA's dense table is 1 KiB per state)
+_COMPILED: BoundedCache[tuple, ByteDFA] = BoundedCache(
+    256, max_bytes=128 * 2**20, size=lambda dfa: dfa.transitions.nbytes
+)
 _COMPILED_LOCK = threading.Lock()
 
 

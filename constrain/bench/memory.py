@@ -1,0 +1,168 @@
+"""Memory per compiled schema and per matcher: ours beside llguidance and XGrammar.
+
+Each engine runs in a fresh process of its own, so what grows is its own. The process loads the
+tokenizer, then compiles and runs one warm-up schema (the first of the sample with an instance of
+60 tokens: what an engine builds once per vocabulary, such as our token trie and slices or
+llguidance's token trie, is not counted), then measures
+the growth of its resident set (RSS, from ``/proc/self/statm``: native and Python memory alike):
+
+* **compiled**: after compiling the sample's schemas, all kept alive, per schema;
+* **after use**: after also running each schema's valid instances with a full mask before every
+  token (the caches an engine fills as it serves: our masks by state, parser nodes, lexer
+  states), per schema;
+* **per matcher**: 1,000 matchers of the warm-up schema, each advanced through the first half
+  of its longest instance and kept alive, per matcher (a sequence's own state, caches shared).
+
+RSS moves by pages and an allocator may keep freed pages, so these are averages over many
+objects and upper bounds, not exact sizes.
+
+Run: ``python -m constrain.bench.memory [--limit 4] [--model smollm2-135m-instruct]
+[--markdown docs/benchmarks/memory.md]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import resource
+from pathlib import Path
+
+import constrain as cn
+from constrain.bench.conformance import DATA, maskbench_jobs, serialise
+from constrain.bench.peers import PEERS, ConstrainEngine, PeerEngine, PeerError, load_peers
+from constrain.bench.report import fmt, load_vocab
+
+_MATCHERS = 1000
+_OPTIONS = {"whitespace": "default", "any_order": True}
+
+
+def _rss() -> int:
+    """Resident set size of this process, bytes."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def _engine(name: str, model: str) -> tuple[PeerEngine, cn.Vocabulary]:
+    """The engine `name` bound to `model`'s tokenizer, and our vocabulary of it (to encode)."""
+    vocab = load_vocab(model)
+    if name == "constrain":
+        return ConstrainEngine(vocab, _OPTIONS), vocab
+    from constrain.models import load_tokenizer
+
+    found = load_peers([name], load_tokenizer(model), vocab.size, _OPTIONS)
+    if not found:
+        raise ImportError(name)
+    return found[0], vocab
+
+
+def measure_in_process(name: str, model: str, jobs: list[tuple]) -> dict:
+    """In a fresh process: the three growths of `name` (bytes per schema or matcher)."""
+    engine, vocab = _engine(name, model)
+    schemas = []
+    for _, _, path, valid, _ in jobs:
+        texts = [vocab.encode(serialise(v, _OPTIONS)) for v in valid]
+        schemas.append((json.loads(Path(path).read_text()), texts))
+    # the warm-up schema, also the matchers' one: the first with an instance of 60 tokens
+    first = next((i for i, (_, t) in enumerate(schemas) if max(map(len, t), default=0) >= 60), 0)
+    warm_schema, warm_texts = schemas.pop(first)
+
+    def run(compiled, tokens: list[int]) -> None:
+        matcher = engine.start(compiled)
+        for token in tokens:
+            matcher.fill_mask()
+            if not matcher.consume(token):
+                return
+        matcher.fill_mask()
+
+    warm = engine.compile(warm_schema)
+    for tokens in warm_texts:
+        run(warm, tokens)
+    before = _rss()
+    compiled = []
+    for schema, texts in schemas:
+        try:
+            compiled.append((engine.compile(schema), texts))
+        except PeerError:
+            continue
+    after_compile = _rss()
+    for item, texts in compiled:
+        for tokens in texts:
+            run(item, tokens)
+    after_use = _rss()
+    longest = max(warm_texts, key=len, default=[])
+    tokens = longest[: len(longest) // 2]
+    before_matchers = _rss()
+    matchers = []
+    for _ in range(_MATCHERS):
+        matcher = engine.start(warm)
+        for token in tokens:
+            matcher.consume(token)
+        matchers.append(matcher)
+    after_matchers = _rss()
+    n = max(len(compiled), 1)
+    return {
+        "engine": name,
+        "schemas": len(compiled),
+        "compiled": (after_compile - before) / n,
+        "after_use": (after_use - before) / n,
+        "matcher": (after_matchers - before_matchers) / _MATCHERS,
+        "matcher_tokens": len(tokens),
+    }
+
+
+def measure(name: str, model: str, jobs: list[tuple]) -> dict | None:
+    """`measure_in_process` in a fresh process (None when the engine is not installed)."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        try:
+            return pool.apply(measure_in_process, (name, model, jobs))
+        except ImportError:
+            return None
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| engine | schemas | per compiled schema KiB | per schema after use KiB | "
+        "per matcher KiB |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['engine']} | {r['schemas']} | {fmt(r['compiled'] / 1024)} | "
+            f"{fmt(r['after_use'] / 1024)} | {fmt(r['matcher'] / 1024, 2)} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--limit", type=int, default=4, help="schemas per MaskBench subset")
+    parser.add_argument("--model", nargs="+", default=["smollm2-135m-instruct"])
+    parser.add_argument("--engines", nargs="+", default=["constrain", *PEERS])
+    parser.add_argument("--markdown", type=Path)
+    args = parser.parse_args(argv)
+    subsets = sorted(p.stem for p in (args.data / "maskbench").glob("*.jsonl"))
+    jobs = maskbench_jobs(args.data, subsets, args.limit)
+    sections = []
+    for model in args.model:
+        rows = [r for name in args.engines if (r := measure(name, model, jobs))]
+        sections.append(
+            f"## Tokenizer {model}\n\n{len(jobs) - 1} MaskBench schemas ({args.limit} per "
+            f"subset, the first one the warm-up), options {json.dumps(_OPTIONS)}, "
+            f"{_MATCHERS} matchers halfway through an instance ({rows[0]['matcher_tokens']} "
+            f"tokens); each engine in a fresh process, growth of its resident set\n\n{table(rows)}"
+        )
+        print(sections[-1], flush=True)
+    if args.markdown:
+        args.markdown.write_text(
+            "# Memory per compiled schema and per matcher\n\n"
+            f"Generated by `python -m constrain.bench.memory --limit {args.limit} --model "
+            f"{' '.join(args.model)} --markdown {args.markdown}`.\n\n"
+            + "\n\n".join(sections)
+            + "\n"
+        )
+
+
+if __name__ == "__main__":
+    main()
