@@ -110,7 +110,10 @@ def test_slice_containment_same(name, smollm_vocab):
     from constrain.engine.slices import slices_of
 
     grammar = cn.grammars.load(name)
-    python, native = grammar.with_engine("python").automaton, grammar.with_engine("native").automaton
+    python, native = (
+        grammar.with_engine("python").automaton,
+        grammar.with_engine("native").automaton,
+    )
     languages = [part.language for part in slices_of(smollm_vocab).slices]
     compared = 0
     for text in _TEXTS[name]:
@@ -133,7 +136,10 @@ def test_regex_slice_containment_same(pattern, smollm_vocab):
     from constrain.engine.slices import slices_of
 
     grammar = cn.Grammar.from_regex(pattern)
-    python, native = grammar.with_engine("python").automaton, grammar.with_engine("native").automaton
+    python, native = (
+        grammar.with_engine("python").automaton,
+        grammar.with_engine("native").automaton,
+    )
     for language in [part.language for part in slices_of(smollm_vocab).slices]:
         for state in range(1, python.dfa.n_states):
             assert python.admits(state, language) == native.admits(state, language)

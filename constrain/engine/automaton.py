@@ -144,7 +144,9 @@ class DFAAutomaton:
             if self.engine == "python":
                 found = admits(self._table, state, language)
             else:
-                found = self._native().admits(state, self._native_language(language), language.start)
+                found = self._native().admits(
+                    state, self._native_language(language), language.start
+                )
             self._admits[key] = found
         return found
 

@@ -52,7 +52,9 @@ class EarleyParser:
         nts = sorted(ir.nonterminals() | {_SUPER_START})
         nt_id = {n: i for i, n in enumerate(nts)}
         rules = [(_SUPER_START, (ir.start,))] + [(r.lhs, r.rhs) for r in ir.rules]
-        next_sym: list[int | None] = []  # per dotted rule: nt id >= 0, ~lexeme id < 0, None = complete
+        next_sym: list[
+            int | None
+        ] = []  # per dotted rule: nt id >= 0, ~lexeme id < 0, None = complete
         lhs_of: list[int] = []
         first_dotted: dict[int, list[int]] = {i: [] for i in range(len(nts))}
         for lhs, rhs in rules:

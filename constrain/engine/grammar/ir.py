@@ -72,8 +72,8 @@ class Lexeme:
 class Rule(NamedTuple):
     """``lhs -> rhs``: one alternative of the nonterminal `lhs` (an empty rhs derives "").
 
-    A named tuple of strings, so the garbage collector untracks it: grammars compiled from
-    large schemas hold hundreds of thousands of rules."""
+    A named tuple: one small object per rule, as grammars compiled from large schemas hold
+    hundreds of thousands of them."""
 
     lhs: str
     rhs: tuple[str, ...]
