@@ -151,9 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         args.markdown.write_text(
             "Native engine vs the Python reference on MaskBench (`python -m "
-            "constrain.bench.differential`), one thread, both engines in one run.\n\n"
-            + "\n\n".join(tables)
-            + "\n"
+            f"constrain.bench.differential {' '.join(argv if argv is not None else sys.argv[1:])}`), "
+            "one thread, both engines in one run.\n\n" + "\n\n".join(tables) + "\n"
         )
     return 1 if differences else 0
 
