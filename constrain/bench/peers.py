@@ -15,7 +15,6 @@ from typing import Protocol
 
 __all__ = [
     "PEERS",
-    "ConstrainEngine",
     "PeerEngine",
     "PeerError",
     "PeerMatcher",
@@ -139,52 +138,6 @@ class XGrammarEngine:
 
     def start(self, compiled) -> PeerMatcher:
         return _XGrammarMatcher(compiled, self.n_vocab)
-
-
-class _ConstrainMatcher:
-    def __init__(self, matcher):
-        self.matcher = matcher
-
-    def fill_mask(self) -> None:
-        self.matcher.bitmask()
-
-    def consume(self, token: int) -> bool:
-        if not self.matcher.check(token):
-            return False
-        self.matcher.advance(token)
-        return True
-
-    def accepting(self) -> bool:
-        return self.matcher.accepting()
-
-
-class ConstrainEngine:
-    """Ours behind the peers' interface (for harnesses that treat every engine alike): the
-    schema compiled with every valid spelling, as the conformance harness compiles it."""
-
-    name = "constrain"
-
-    def __init__(self, vocab, options: dict):
-        self.vocab = vocab
-        self.options = options
-
-    def compile(self, schema: dict) -> object:
-        import warnings
-
-        import constrain as cn
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                grammar = cn.Grammar.from_json_schema(
-                    schema, **{"spellings": "all", **self.options}
-                )
-            except cn.ConstrainError as exc:
-                raise PeerError(str(exc)) from exc
-        return cn.Constraint(grammar, self.vocab)
-
-    def start(self, compiled) -> PeerMatcher:
-        return _ConstrainMatcher(compiled.start())
 
 
 PEERS = {"llguidance": LLGuidanceEngine, "xgrammar": XGrammarEngine}

@@ -51,7 +51,7 @@ class VocabularySlices:
     """
 
     def __init__(self, vocab: Vocabulary, patterns: tuple[str, ...] = SLICE_PATTERNS):
-        self._token_bytes = [b or None for b in vocab.texts]
+        self._token_bytes = tuple(b or None for b in vocab.texts)  # a tuple: the GC skips it
         self._owner = np.full(vocab.size, -1, dtype=np.int64)
         slices = []
         for k, pattern in enumerate(patterns):
