@@ -1,7 +1,8 @@
-"""The decoding loop: `decode(sequences, strategy, ...)`, and its plain strategy, `Sampling`.
+"""The decoding loop: `Batch` of `Job`s (`decode` runs one), and its plain strategy, `Sampling`.
 
-Every generation runs here, whatever its strategy. Between steps the loop ends what must end
-(the deadline, `max_tokens`, a text after which only EOS can follow) in one place; a step is
+Every generation runs here, whatever its strategy, alone or beside others' (a server's
+requests join and leave a `Batch` between steps). Between steps `Job.running` ends what must
+end (the deadline, `max_tokens`, a text after which only EOS can follow, a cancellation); a step is
 the strategy's: `Sampling` draws one token per sequence from one batched forward, speculative
 decoding proposes and verifies several, SMC resamples between steps, ASAp reweights by its
 trie. Strategies see sequences only through `Sequence` and the batched `forward`. Time is the
@@ -14,6 +15,7 @@ import math
 import time
 from collections.abc import Iterator
 from collections.abc import Sequence as Tokens
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -23,7 +25,7 @@ from constrain.decoding.sequence import Sequence
 from constrain.results import DecodeStats
 from constrain.samplers.base import Draw, TokenSampler
 
-__all__ = ["Deadline", "Sampling", "Strategy", "decode", "forward"]
+__all__ = ["Batch", "Deadline", "Job", "Sampling", "Strategy", "decode", "forward"]
 
 _DEADLINE_MARGIN = 0.85  # the share of the time left that a deadline budget plans to use
 _STEP_WINDOW = 8  # recent steps whose mean time predicts the next ones
@@ -53,36 +55,105 @@ def decode(
     deadline: Deadline | None = None,
 ) -> Iterator[list[Sequence]]:
     """Run `sequences` until each ends, yielding them after every step (streaming reads them
-    there) and once more at the end. A sequence ends with EOS, when only EOS can follow
-    (without `scores_eos`: at once, with no forward), at `max_tokens` (EOS forced where its
-    text is complete), when the deadline passes, or dead."""
-    stepped = False
-    while True:
-        running = [s for s in sequences if s.running]
-        if deadline is not None and stepped:
-            deadline.apply(running)
-        _finish_at_length(
-            [s for s in running if s.running and len(s.tokens) >= max_tokens], strategy
-        )
+    there) and once more at the end: a `Batch` of this one job."""
+    job = Job(sequences, strategy, max_tokens, deadline)
+    batch = Batch([job])
+    while not job.ended:
+        batch.step()
+        yield job.sequences
+
+
+@dataclass(eq=False)
+class Job:
+    """One call's sequences in the loop: how they advance and when they must end.
+
+    A sequence ends with EOS, when only EOS can follow (without `scores_eos`: at once, with no
+    forward), at `max_tokens` (EOS forced where its text is complete), when the deadline
+    passes, when the job is cancelled (finish reason "cancelled"), or dead."""
+
+    sequences: list[Sequence]
+    strategy: Strategy
+    max_tokens: int
+    deadline: Deadline | None = None
+    ended: bool = False  # every sequence has ended and the job has left its batch
+    stepped: bool = False
+    cancelled: str | None = None  # why it was cancelled; set from any thread
+
+    def cancel(self, why: str) -> None:
+        """End the job's sequences before the next step (their KV caches are freed then)."""
+        self.cancelled = why
+
+    def running(self) -> list[Sequence]:
+        """End what must end before the next step; the sequences still running."""
+        running = [s for s in self.sequences if s.running]
+        if self.cancelled is not None:
+            for s in running:
+                s.finish("cancelled", self.cancelled)
+        if self.deadline is not None and self.stepped:
+            self.deadline.apply(running)
+        due = [s for s in running if s.running and len(s.tokens) >= self.max_tokens]
+        _finish_at_length(due, self.strategy)
         for s in running:
-            if s.running and not strategy.scores_eos and s.matcher.done():
+            if s.running and not self.strategy.scores_eos and s.matcher.done():
                 s.emit(s.matcher.constraint.vocab.eos_ids[:1])
             if not s.running:
-                strategy.finished(s)
-        running = [s for s in running if s.running]
-        if not running:
-            yield sequences
-            return
+                self.strategy.finished(s)
+        return [s for s in running if s.running]
+
+
+class Batch:
+    """The jobs in flight: jobs join between steps and leave when their sequences end (a
+    server adds requests here as they come). Each step advances every job once; the jobs
+    whose strategy draws one token per sequence (`Sampling`) share one batched forward."""
+
+    def __init__(self, jobs: Tokens[Job] = ()):
+        self.jobs: list[Job] = list(jobs)
+
+    def add(self, job: Job) -> None:
+        """`job` joins at the next step."""
+        self.jobs.append(job)
+
+    def step(self) -> list[Job]:
+        """End what must end, then advance every job one step; returns the jobs that ended
+        (and left the batch)."""
+        active, ended = [], []
+        for job in self.jobs:
+            running = job.running()
+            (active if running else ended).append((job, running))
+        for job, _ in ended:
+            job.ended = True
+        self.jobs = [job for job, _ in active]
+        if not active:
+            return [job for job, _ in ended]
         t0 = time.perf_counter()
-        strategy.step(running)
+        shared = [(j, r) for j, r in active if isinstance(j.strategy, Sampling)]
+        if len(shared) > 1:
+            _shared_forward(shared)
+        for job, running in active:
+            if len(shared) <= 1 or not isinstance(job.strategy, Sampling):
+                job.strategy.step(running)
         elapsed = time.perf_counter() - t0
-        strategy.stats.step_s.append(elapsed)
-        for s in running:
-            s.stats.step_s.append(elapsed)
-            if not s.running:
-                strategy.finished(s)
-        sequences, stepped = strategy.between_steps(sequences), True
-        yield sequences
+        for job, running in active:
+            job.strategy.stats.step_s.append(elapsed)
+            for s in running:
+                s.stats.step_s.append(elapsed)
+                if not s.running:
+                    job.strategy.finished(s)
+            job.sequences, job.stepped = job.strategy.between_steps(job.sequences), True
+        return [job for job, _ in ended]
+
+
+def _shared_forward(jobs: list[tuple[Job, list[Sequence]]]) -> None:
+    """One forward for the running sequences of several `Sampling` jobs, then each job's
+    draws from its own rows."""
+    flat = [s for _, running in jobs for s in running]
+    t0 = time.perf_counter()
+    rows = iter(forward(flat))
+    seconds = time.perf_counter() - t0
+    for job, running in jobs:
+        job.strategy.stats.forwards += 1
+        job.strategy.stats.forward_s += seconds
+        job.strategy.advance(running, [next(rows) for _ in running])
 
 
 def forward(
@@ -145,9 +216,14 @@ class Sampling:
         self.scores_eos = scores_eos
 
     def step(self, sequences: list[Sequence]) -> None:
-        for s, rows in zip(sequences, forward(sequences, stats=self.stats)):
+        self.advance(sequences, forward(sequences, stats=self.stats))
+
+    def advance(self, sequences: list[Sequence], scored: list) -> None:
+        """Draw one token per sequence from its scored rows (`forward`'s output)."""
+        for s, rows in zip(sequences, scored):
+            row = s.control_row(*rows)
             t0 = time.perf_counter()
-            d = self.draw(s.control_row(*rows), s)
+            d = self.draw(row, s)
             t1 = time.perf_counter()
             self.stats.sample_s += t1 - t0
             if d.log_weight == -math.inf:
@@ -155,6 +231,8 @@ class Sampling:
                 s.dead_end(d.reason)
                 continue
             s.log_weight += d.log_weight
+            if s.top_logprobs is not None:
+                s.record_logprobs(row, d.token)
             s.emit([d.token])
             record(d, s, self.stats, d.constraint_s + time.perf_counter() - t1)
 

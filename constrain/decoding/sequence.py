@@ -13,6 +13,7 @@ import copy
 import math
 import time
 from collections.abc import Sequence as Tokens
+from typing import NamedTuple
 
 import torch
 
@@ -22,10 +23,18 @@ from constrain.models.base import LanguageModel, Stream
 from constrain.processors.bound import BoundStack
 from constrain.results import DecodeStats
 
-__all__ = ["Backtracker", "Sequence"]
+__all__ = ["Backtracker", "Sequence", "TokenLogprob"]
 
 _NEARBY = 4  # a dead end this close after the last one counts as the same
 _MAX_JUMP = 64  # tokens a backtrack undoes at most
+
+
+class TokenLogprob(NamedTuple):
+    """A drawn token's log-probability and the most likely tokens at its position."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]  # (token, log-probability), most likely first
 
 
 class Sequence:
@@ -56,6 +65,25 @@ class Sequence:
         self.reason = ""  # why it ended, in words
         self.backtracker = Backtracker(backtracks) if backtracks > 0 else None
         self.stats = DecodeStats()
+        self.top_logprobs: int | None = None  # record log-probs, with this many alternatives
+        self.logprobs: dict[int, TokenLogprob] = {}  # position -> the drawn token's
+
+    def record_logprobs(self, row: torch.Tensor, token: int) -> None:
+        """Keep the log-probability of `token`, about to be emitted, and the `top_logprobs`
+        most likely tokens, under `row` (the control stage's: the model's distribution after
+        model arithmetic or guidance, before the constraint and the warpers)."""
+        logprobs = torch.log_softmax(row.float(), dim=-1)
+        top = torch.topk(logprobs, self.top_logprobs) if self.top_logprobs else None
+        alternatives = (
+            tuple(zip(top.indices.tolist(), top.values.tolist())) if top is not None else ()
+        )
+        self.logprobs[len(self.tokens)] = TokenLogprob(
+            token, float(logprobs[token]), alternatives
+        )
+
+    def token_logprobs(self) -> list[TokenLogprob]:
+        """The recorded log-probs of the tokens kept (a backtrack's undone ones dropped)."""
+        return [self.logprobs[i] for i in range(len(self.tokens)) if i in self.logprobs]
 
     @property
     def running(self) -> bool:
@@ -116,6 +144,7 @@ class Sequence:
         ]
         twin.matcher, twin.tokens = self.matcher.fork(), list(self.tokens)
         twin.stats = copy.deepcopy(self.stats)
+        twin.logprobs = dict(self.logprobs)
         twin.backtracker = copy.deepcopy(self.backtracker)
         return twin
 
