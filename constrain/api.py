@@ -28,7 +28,7 @@ from constrain.constraints import ConstraintSpec
 from constrain.decoding import Deadline
 from constrain.engine.grammar import Grammar
 from constrain.errors import ConfigError, ConstrainError, ContextLengthError
-from constrain.models.base import LanguageModel
+from constrain.models.base import LanguageModel, PromptIds
 from constrain.options import SMC, DecodingConfig
 from constrain.processors import ProcessorStack
 from constrain.processors.bound import BoundStack
@@ -37,7 +37,7 @@ from constrain.samplers import token_sampler
 
 __all__ = ["Generator", "Prompt", "Run", "TextStream", "generate", "smc", "stream"]
 
-Prompt = str | Sequence[dict]  # a user message, or chat messages ({"role", "content"})
+Prompt = str | Sequence[dict] | PromptIds  # a user message, chat messages, or token ids
 
 
 class Generator:
@@ -119,7 +119,10 @@ class Generator:
         """
         c = self.config
         encoding = dict(chat=c.chat, system=c.system, special_tokens=c.prompt_special_tokens)
-        ids = self.model.encode_prompt(prompt, **encoding)
+        if isinstance(prompt, PromptIds):
+            ids = list(prompt.ids)
+        else:
+            ids = self.model.encode_prompt(prompt, **encoding)
         bound = BoundStack(self.stack, self.model, ids, prompt, **encoding)
         fits_context(self.model, len(ids), c.max_tokens)
         for model, term_ids in zip(bound.term_models, bound.term_prompts):
@@ -169,19 +172,24 @@ class Run:
         self.prefill_s = time.perf_counter() - self.t_call
         self.decode_started = time.perf_counter()
 
-    def steps(self) -> Iterator[list[decoding.Sequence]]:
-        """Decode to the end, yielding the sequences after every step."""
+    def job(self) -> decoding.Job:
+        """The run as a job of the decoding loop, its deadline starting now (a server adds it
+        to the `decoding.Batch` it shares with other requests)."""
         c = self.generator.config
         deadline = (
             Deadline(c.timeout, self.generator.fits_budget) if c.timeout is not None else None
         )
         self.decode_started = time.perf_counter()
-        steps = decoding.decode(
-            self.sequences, self.strategy, max_tokens=c.max_tokens, deadline=deadline
-        )
-        for current in steps:
-            self.sequences = current
-            yield current
+        return decoding.Job(self.sequences, self.strategy, c.max_tokens, deadline)
+
+    def steps(self) -> Iterator[list[decoding.Sequence]]:
+        """Decode to the end, alone, yielding the sequences after every step."""
+        job = self.job()
+        batch = decoding.Batch([job])
+        while not job.ended:
+            batch.step()
+            self.sequences = job.sequences
+            yield job.sequences
 
     def results(self) -> list[GenerationResult]:
         """One result per prompt (SMC: a particle drawn by weight, with all particles)."""

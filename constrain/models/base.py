@@ -15,6 +15,7 @@ object with these members works (the protocols are structural: no base class to 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
@@ -22,7 +23,15 @@ if TYPE_CHECKING:
 
     from constrain.engine.vocab import Vocabulary
 
-__all__ = ["LanguageModel", "Stream"]
+__all__ = ["LanguageModel", "PromptIds", "Stream"]
+
+
+@dataclass(frozen=True)
+class PromptIds:
+    """A prompt already encoded as token ids (by a server that renders tools into the chat
+    template, say): generation starts after `ids` as they are."""
+
+    ids: tuple[int, ...]
 
 
 @runtime_checkable

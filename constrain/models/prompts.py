@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from constrain.errors import ConfigError
 
-__all__ = ["encode_chat", "encode_text", "special_ids"]
+__all__ = ["encode_chat", "encode_text", "render_chat", "special_ids"]
 
 _PLACEHOLDER = "\ue000{}\ue001"  # private-use characters: text no template or user writes
 _PLACEHOLDERS = re.compile("\ue000(\\d+)\ue001")
@@ -44,11 +44,17 @@ def encode_text(tokenizer, text: str, *, special_tokens: bool = False) -> list[i
 
 
 def encode_chat(
-    tokenizer, messages: Sequence[Mapping], *, special_tokens: bool = False
+    tokenizer,
+    messages: Sequence[Mapping],
+    *,
+    special_tokens: bool = False,
+    tools: Sequence[Mapping] | None = None,
+    generation_prompt: bool = True,
 ) -> list[int]:
-    """Token ids of `messages` ({"role", "content"}) rendered by the chat template, with the
-    generation prompt; special tokens only where the template writes them unless
-    `special_tokens`.
+    """Token ids of `messages` ({"role", "content"}; an assistant's content may be None
+    beside its "tool_calls") rendered by the chat template with `tools` (OpenAI function
+    definitions, for templates that take them) and the generation prompt; special tokens only
+    where the template writes them unless `special_tokens`.
 
     Raises:
         ConfigError: a message is not a {"role", "content"} mapping, the template refuses the
@@ -58,17 +64,33 @@ def encode_chat(
     for i, m in enumerate(messages):
         if not (isinstance(m, Mapping) and "role" in m and "content" in m):
             raise ConfigError(f"message {i} is not a {{'role': ..., 'content': ...}} dict: {m!r}")
-    text = _render(tokenizer, messages)
+    render = dict(tools=list(tools) if tools else None, generation_prompt=generation_prompt)
+    text = render_chat(tokenizer, messages, **render)
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     if special_tokens or not _holds_special_text(tokenizer, messages):
         return ids
-    return _encode_outside(tokenizer, text, _content_spans(tokenizer, messages, text))
+    spans = _content_spans(tokenizer, messages, text, render)
+    return _encode_outside(tokenizer, text, spans)
 
 
-def _render(tokenizer, messages: Sequence[Mapping]) -> str:
+def render_chat(
+    tokenizer,
+    messages: Sequence[Mapping],
+    *,
+    tools: Sequence[Mapping] | None = None,
+    generation_prompt: bool = True,
+) -> str:
+    """The chat template's text for `messages` (and `tools`), with the generation prompt.
+
+    Raises:
+        ConfigError: the template refuses the messages."""
+    extra = {"tools": list(tools)} if tools else {}
     try:
         return tokenizer.apply_chat_template(
-            [dict(m) for m in messages], add_generation_prompt=True, tokenize=False
+            [dict(m) for m in messages],
+            add_generation_prompt=generation_prompt,
+            tokenize=False,
+            **extra,
         )
     except Exception as exc:  # jinja's TemplateError and whatever the template raises
         raise ConfigError(f"the chat template refuses these messages: {exc}") from exc
@@ -84,14 +106,16 @@ def _holds_special_text(tokenizer, messages: Sequence[Mapping]) -> bool:
     )
 
 
-def _content_spans(tokenizer, messages: Sequence[Mapping], text: str) -> list[tuple[int, int]]:
+def _content_spans(
+    tokenizer, messages: Sequence[Mapping], text: str, render: Mapping
+) -> list[tuple[int, int]]:
     """Where the messages' text lies in `text`, the rendered template: found by rendering
     placeholders instead, then matching the pieces between them (a template may trim)."""
     marked = [
         {**m, "content": _PLACEHOLDER.format(i)} if isinstance(m["content"], str) else dict(m)
         for i, m in enumerate(messages)
     ]
-    rendered = _render(tokenizer, marked)
+    rendered = render_chat(tokenizer, marked, **render)
     pieces = _PLACEHOLDERS.split(rendered)  # template, index, template, index, ..., template
     spans, pos = [], 0
     for k in range(0, len(pieces) - 1, 2):

@@ -1,0 +1,1 @@
+"""`constrain serve`: an OpenAI-compatible HTTP server over the decoding loop."""
