@@ -17,7 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from constrain.decoding import ASAp
-from constrain.errors import ConstrainError
+from constrain.errors import ConfigError, ConstrainError
 from constrain.options import HELP, SMC, DecodingConfig, Speculative
 from constrain.processors import CFG, MinP, Processor, RepetitionPenalty, TopH, TopK, TopP, Typical
 from constrain.samplers import token_sampler
@@ -195,6 +195,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return jsonschemabench.main(args.rest) or 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from constrain import serve
+    except ImportError as exc:  # pragma: no cover - the extra is missing
+        raise ConfigError(f"constrain serve needs the serve extra: pip install 'constrain[serve]' "
+                          f"({exc})") from None  # fmt: skip
+    serve.run(
+        args.model, host=args.host, port=args.port, device=args.device,
+        max_running=args.max_running, max_queue=args.max_queue, max_tokens=args.max_tokens,
+        timeout=args.timeout, tool_format=args.tool_format,
+    )  # fmt: skip
+    return 0
+
+
 def _cmd_conformance(args: argparse.Namespace) -> int:
     from constrain.bench import conformance
 
@@ -254,6 +268,24 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("harness", choices=["test-suite", "maskbench"])
     conf.add_argument("rest", nargs=argparse.REMAINDER)
     conf.set_defaults(run=_cmd_conformance)
+
+    srv = sub.add_parser(
+        "serve",
+        help="serve a model over an OpenAI-compatible HTTP API",
+        description="Serve MODEL (default: the bundled one) at /v1/chat/completions, "
+        "/v1/completions, /v1/models, /health and /metrics (docs/serving.md).",
+    )
+    srv.add_argument("model", nargs="?", default=None, help="bundled name, directory or Hub id")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--device", default="auto")
+    srv.add_argument("--max-running", type=int, default=16, help="requests batched together")
+    srv.add_argument("--max-queue", type=int, default=64, help="requests waiting (then 429)")
+    srv.add_argument("--max-tokens", type=int, default=512, help="a request's default")
+    srv.add_argument("--timeout", type=float, default=120.0, help="seconds per request, at most")
+    srv.add_argument("--tool-format", default=None, help="hermes | llama3 | mistral (default: "
+                     "derived from the chat template)")  # fmt: skip
+    srv.set_defaults(run=_cmd_serve)
 
     models = sub.add_parser("models", help="list the bundled models and the cache")
     models.set_defaults(run=_cmd_models)

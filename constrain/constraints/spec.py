@@ -28,7 +28,7 @@ from constrain.jsonschema.types import schema_from_type
 from constrain.jsonschema.validation import draft_validator
 from constrain.jsonschema.values import value_from_json
 
-__all__ = ["ConstraintSpec", "grammar_from"]
+__all__ = ["ConstraintSpec", "compiled_constraints", "grammar_from"]
 
 _KINDS = ("regex", "choices", "grammar", "schema", "type")
 _CONSTRAINTS_KEPT = 64  # compiled constraints kept per vocabulary (least recently used out)
@@ -67,6 +67,12 @@ def grammar_from(grammar: EngineGrammar | str | os.PathLike) -> EngineGrammar:
     return Grammar.from_lark(grammar)
 
 
+def compiled_constraints(vocab: Vocabulary) -> BoundedCache:
+    """The constraints compiled for `vocab`, by their specification (its hits and misses
+    are the compile cache's)."""
+    return vocab.derived.get_or_build(("constraints",), lambda: BoundedCache(_CONSTRAINTS_KEPT))
+
+
 @dataclass(frozen=True, eq=False)
 class ConstraintSpec:
     """At most one of `regex`, `choices`, `grammar`, `schema`, `type` (none: free text).
@@ -103,14 +109,16 @@ class ConstraintSpec:
         return self.kind in ("schema", "type")
 
     def constraint(self, vocab: Vocabulary) -> Constraint:
-        """The compiled constraint, bound to `vocab` (kept by the vocabulary)."""
-        kept: BoundedCache = vocab.derived.get_or_build(
-            ("constraints",), lambda: BoundedCache(_CONSTRAINTS_KEPT)
-        )
-        grammar = grammar_from(self.grammar) if self.kind == "grammar" else None
-        key = self._key(grammar)
+        """The compiled constraint, bound to `vocab` (kept by the vocabulary under the
+        spec's content; grammar text too, so a server compiles each grammar once)."""
+        kept = compiled_constraints(vocab)
+        text = self.kind == "grammar" and isinstance(self.grammar, str)
+        grammar = grammar_from(self.grammar) if self.kind == "grammar" and not text else None
+        key = ("grammar-text", self.grammar) if text else self._key(grammar)
         found = kept.get(key)
         if found is None or (grammar is not None and found.grammar is not grammar):
+            if text:
+                grammar = grammar_from(self.grammar)
             found = kept[key] = Constraint(grammar or self._compile(), vocab)
         return found
 

@@ -77,9 +77,7 @@ class Sequence:
         alternatives = (
             tuple(zip(top.indices.tolist(), top.values.tolist())) if top is not None else ()
         )
-        self.logprobs[len(self.tokens)] = TokenLogprob(
-            token, float(logprobs[token]), alternatives
-        )
+        self.logprobs[len(self.tokens)] = TokenLogprob(token, float(logprobs[token]), alternatives)
 
     def token_logprobs(self) -> list[TokenLogprob]:
         """The recorded log-probs of the tokens kept (a backtrack's undone ones dropped)."""
@@ -125,6 +123,18 @@ class Sequence:
             if i >= in_streams:
                 for model, stream in self.streams():
                     model.append(stream, token)
+
+    def force(self, tokens: Tokens[int], matcher: TokenMatcher) -> None:
+        """Append `tokens`, text a format fixes (a tool call's wrapper, a thinking section's
+        end), to the tokens and every stream, then continue under `matcher`, which starts
+        after them: the text becomes a new section with a constraint of its own."""
+        for token in tokens:
+            self.tokens.append(token)
+            for model, stream in self.streams():
+                model.append(stream, token)
+        self.matcher = matcher
+        if self.backtracker is not None:  # no backtrack reaches into an earlier section
+            self.backtracker.banned.clear()
 
     def rollback(self, n: int) -> None:
         """Undo the last `n` tokens: matcher, tokens and streams together."""
@@ -204,12 +214,13 @@ class Backtracker:
         budget = sequence.budget
         if budget is not None and budget.give_way(self.banned.get(position, set())):
             return True
-        if not sequence.tokens:
+        undoable = min(len(sequence.tokens), sequence.matcher.n_tokens)  # this section's
+        if not undoable:
             return False
         recurs = self.last_dead_end is not None and position <= self.last_dead_end + _NEARBY
         self.jump = min(2 * self.jump, _MAX_JUMP) if recurs else 1
         self.last_dead_end = position
-        n = min(self.jump, len(sequence.tokens))
+        n = min(self.jump, undoable)
         position, token = len(sequence.tokens) - n, sequence.tokens[-n]
         sequence.rollback(n)
         self.banned = {p: ids for p, ids in self.banned.items() if p <= position}

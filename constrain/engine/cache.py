@@ -19,9 +19,10 @@ V = TypeVar("V")
 
 class BoundedCache(Generic[K, V]):
     """A map that forgets its least recently used entries beyond `max_entries` (and, with a
-    `size` function, beyond `max_bytes` of values; the newest entry is always kept)."""
+    `size` function, beyond `max_bytes` of values; the newest entry is always kept). `hits`
+    and `misses` count the lookups (`get`, `get_or_build`)."""
 
-    __slots__ = ("max_entries", "max_bytes", "_size", "_bytes", "_items")
+    __slots__ = ("max_entries", "max_bytes", "_size", "_bytes", "_items", "hits", "misses")
 
     def __init__(
         self,
@@ -39,13 +40,16 @@ class BoundedCache(Generic[K, V]):
         self._size = size
         self._bytes = 0
         self._items: OrderedDict[K, V] = OrderedDict()
+        self.hits = self.misses = 0
 
     def get(self, key: K, default: V | None = None) -> V | None:
         """The value under `key` (marked as recently used), or `default`."""
         items = self._items
         if key in items:
+            self.hits += 1
             items.move_to_end(key)
             return items[key]
+        self.misses += 1
         return default
 
     def __getitem__(self, key: K) -> V:
@@ -73,8 +77,10 @@ class BoundedCache(Generic[K, V]):
         """The value under `key`, built (and kept) on a miss."""
         items = self._items
         if key in items:
+            self.hits += 1
             items.move_to_end(key)
             return items[key]
+        self.misses += 1
         value = build()
         self[key] = value
         return value

@@ -1,1 +1,57 @@
-"""`constrain serve`: an OpenAI-compatible HTTP server over the decoding loop."""
+"""`constrain serve`: an OpenAI-compatible HTTP server over the decoding loop.
+
+    constrain serve [MODEL] --host 127.0.0.1 --port 8000
+
+`build(model, ...)` makes the application (`constrain.serve.app`) around a `Scheduler` that
+batches every request's sequences in one decoding loop; `run(...)` serves it with uvicorn.
+See docs/serving.md.
+"""
+
+from __future__ import annotations
+
+from constrain.serve.errors import RequestError
+
+__all__ = ["RequestError", "build", "run"]
+
+
+def build(
+    model,
+    *,
+    name: str | None = None,
+    max_running: int = 16,
+    max_queue: int = 64,
+    max_tokens: int = 512,
+    timeout: float = 120.0,
+    tool_format: str | None = None,
+):
+    """The FastAPI application serving a loaded `model` (a `TransformersLM`).
+
+    Args:
+        name: the model id clients send (default: the model's name).
+        max_running: requests decoded together (1: one at a time, no batching).
+        max_queue: requests waiting beyond those; more are answered 429 with Retry-After.
+        max_tokens: a request's default max_tokens.
+        timeout: a request's default and longest decoding time, in seconds.
+        tool_format: force a registry tool-call format ("hermes", "llama3", "mistral")
+            instead of deriving it from the chat template.
+    """
+    from constrain.serve.app import create_app
+    from constrain.serve.protocol import Served
+    from constrain.serve.scheduler import Scheduler
+
+    served = Served(model, name or model.name, max_tokens=max_tokens, timeout=timeout,
+                    tool_format=tool_format)  # fmt: skip
+    scheduler = Scheduler(model, max_running=max_running, max_queue=max_queue)
+    return create_app(served, scheduler)
+
+
+def run(model_name: str | None = None, *, host: str = "127.0.0.1", port: int = 8000,
+        device: str = "auto", log_level: str = "info", **options) -> None:  # fmt: skip
+    """Load `model_name` (default: the bundled model) and serve it until interrupted;
+    `options` are `build`'s."""
+    import uvicorn
+
+    from constrain.models import load_model
+
+    model = load_model(model_name, device=device)
+    uvicorn.run(build(model, **options), host=host, port=port, log_level=log_level)

@@ -1,0 +1,291 @@
+"""The scheduler: one thread runs every request's sequences in one `decoding.Batch`.
+
+Requests wait in a bounded queue (full: `RequestError` 429, the HTTP layer adds
+``Retry-After``); between steps the thread admits waiting ones up to `max_running` (prefill,
+then they join the batch), moves each sequence through its answer's sections, hands new text
+to streaming clients and completes finished requests. A request whose client went away is
+cancelled: its sequences end before the next step and their KV caches go with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import threading
+import time
+from dataclasses import dataclass, field
+
+from constrain.api import Generator, Run
+from constrain.decoding import Batch, Job
+from constrain.errors import ConstrainError
+from constrain.serve.errors import RequestError
+from constrain.serve.metrics import Metrics
+from constrain.serve.protocol import Request
+from constrain.serve.sections import Answer
+
+__all__ = ["Scheduler", "Ticket", "Update"]
+
+
+@dataclass
+class Update:
+    """What a request's client learns after a step: per choice, the new reasoning and content
+    text; `done` with the finished choices (`Choice`) or an `error`."""
+
+    reasoning: dict[int, str] = field(default_factory=dict)
+    content: dict[int, str] = field(default_factory=dict)
+    done: list | None = None
+    error: Exception | None = None
+
+
+@dataclass
+class Choice:
+    """One finished answer."""
+
+    index: int
+    reasoning: str | None
+    content: str | None
+    bodies: list[str]
+    finish_reason: str
+    logprobs: list  # `TokenLogprob`s of the content's tokens
+    tokens: int  # completion tokens
+
+
+class Ticket:
+    """A request in the scheduler: its updates arrive on `updates` (an asyncio queue of the
+    event loop that submitted it)."""
+
+    def __init__(self, request: Request, loop: asyncio.AbstractEventLoop):
+        self.request = request
+        self.loop = loop
+        self.updates: asyncio.Queue[Update] = asyncio.Queue()
+        self.submitted = time.perf_counter()
+        self.job: Job | None = None
+        self.run: Run | None = None
+        self.answers: list[Answer] = []
+        self.sent_reasoning: list[int] = []  # characters of each choice's text sent so far
+        self.sent_content: list[int] = []
+        self.prompt_tokens = len(request.prompt.ids)
+        self.first_token_at: float | None = None
+        self.cancelled = False
+
+    def cancel(self, why: str = "the client went away") -> None:
+        """Stop the request (from any thread): waiting, it is dropped; running, its
+        sequences end before the next step."""
+        self.cancelled = True
+        if self.job is not None:
+            self.job.cancel(why)
+
+    def send(self, update: Update) -> None:
+        self.loop.call_soon_threadsafe(self.updates.put_nowait, update)
+
+
+class Scheduler:
+    """The thread that decodes every request, batched (`max_running` 1: one at a time)."""
+
+    def __init__(self, model, *, max_running: int = 16, max_queue: int = 64,
+                 metrics: Metrics | None = None):  # fmt: skip
+        self.model = model
+        self.max_running, self.max_queue = max_running, max_queue
+        self.metrics = metrics or Metrics()
+        self.waiting: collections.deque[Ticket] = collections.deque()
+        self.running: list[Ticket] = []
+        self.batch = Batch()
+        self.wake = threading.Condition()
+        self.stopped = False
+        self.thread = threading.Thread(target=self._loop, name="constrain-scheduler", daemon=True)
+
+    def start(self) -> None:
+        gc.freeze()  # the model and the compiled constraints stay: full collections skip them
+        self.thread.start()
+
+    def stop(self) -> None:
+        with self.wake:
+            self.stopped = True
+            self.wake.notify()
+        self.thread.join(timeout=30)
+
+    def submit(self, ticket: Ticket) -> None:
+        """Queue `ticket`; `RequestError` 429 when the queue is full."""
+        with self.wake:
+            if len(self.waiting) >= self.max_queue:
+                self.metrics.rejected += 1
+                raise RequestError(
+                    f"the server is busy ({len(self.waiting)} requests waiting): retry later",
+                    status=429,
+                    code="queue_full",
+                )
+            self.waiting.append(ticket)
+            self.metrics.requests += 1
+            self.wake.notify()
+
+    @property
+    def sequences_in_flight(self) -> int:
+        """Sequences of the batch still holding a KV cache."""
+        return sum(s.stream is not None for job in self.batch.jobs for s in job.sequences)
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self.wake:
+                while not self.stopped and not self.waiting and not self.running:
+                    self.wake.wait()
+                if self.stopped:
+                    return
+                admitted = []
+                while self.waiting and len(self.running) + len(admitted) < self.max_running:
+                    admitted.append(self.waiting.popleft())
+            for ticket in admitted:
+                self._admit(ticket)
+            self.metrics.queue_depth = len(self.waiting)
+            if not self.batch.jobs:
+                continue
+            try:
+                self._step()
+            except Exception as exc:  # a bug: fail the requests in flight, keep serving
+                for ticket in self.running:
+                    ticket.send(Update(error=exc))
+                self.running, self.batch = [], Batch()
+
+    def _admit(self, ticket: Ticket) -> None:
+        """Prefill `ticket`'s sequences and put them into their first section."""
+        if ticket.cancelled:
+            return
+        r = ticket.request
+        try:
+            generator = Generator(self.model, config=r.config, **_constraint(r))
+            run = generator.start([r.prompt] * r.n, r.seed)
+        except ConstrainError as exc:
+            ticket.send(Update(error=RequestError(str(exc), "messages")))
+            return
+        except Exception as exc:
+            ticket.send(Update(error=exc))
+            return
+        ticket.run = run
+        ticket.answers = [Answer(r.plan) for _ in range(r.n)]
+        if r.config.token_samples:  # SMC keeps its particles as they are
+            for s, answer in zip(run.sequences, ticket.answers):
+                answer.begin(s)
+                s.top_logprobs = r.top_logprobs if r.logprobs else None
+        ticket.sent_reasoning, ticket.sent_content = [0] * r.n, [0] * r.n
+        ticket.job = run.job()
+        if ticket.cancelled:
+            ticket.job.cancel("the client went away")
+        self.batch.add(ticket.job)
+        self.running.append(ticket)
+        self.metrics.observe_wait(time.perf_counter() - ticket.submitted)
+
+    def _step(self) -> None:
+        t0 = time.perf_counter()
+        self.batch.step()
+        elapsed = time.perf_counter() - t0
+        self.metrics.observe_step(elapsed, len(self.running))
+        for ticket in list(self.running):
+            job = ticket.job
+            smc = not ticket.request.config.token_samples
+            if not smc:
+                for s, answer in zip(job.sequences, ticket.answers):
+                    answer.after_step(s)
+            if ticket.first_token_at is None and any(s.tokens for s in job.sequences):
+                ticket.first_token_at = time.perf_counter()
+                self.metrics.observe_ttft(ticket.first_token_at - ticket.submitted)
+            if job.ended or all(not s.running for s in job.sequences) and not smc:
+                self._complete(ticket)
+            elif ticket.request.stream and not smc:
+                ticket.send(self._deltas(ticket, final=False))
+
+    def _deltas(self, ticket: Ticket, final: bool) -> Update:
+        """The text each choice has added since the last update (while running, the tail
+        that may still change is held back: a partial character, a stop string's start, a
+        thinking marker's start)."""
+        update = Update()
+        for i, (s, answer) in enumerate(zip(ticket.job.sequences, ticket.answers)):
+            thought = answer.thought(s.tokens) if answer.plan.thinking else None
+            if thought is not None and answer.section == "thinking" and not final:
+                thought = _held(thought, len(answer.plan.thinking.close))
+            if thought and len(thought) > ticket.sent_reasoning[i]:
+                update.reasoning[i] = thought[ticket.sent_reasoning[i] :]
+                ticket.sent_reasoning[i] = len(thought)
+            content = answer.content(s.tokens)
+            if content is not None and not final:
+                hold = max((len(x) for x in answer.plan.stops), default=1) - 1
+                content = _held(content, hold)
+            if content and len(content) > ticket.sent_content[i]:
+                update.content[i] = content[ticket.sent_content[i] :]
+                ticket.sent_content[i] = len(content)
+        return update
+
+    def _complete(self, ticket: Ticket) -> None:
+        """Send the finished choices and retire `ticket`."""
+        self.running.remove(ticket)
+        job, r = ticket.job, ticket.request
+        if not job.ended:
+            job.cancel("finished")  # every sequence has ended: the job leaves at the next step
+        try:
+            choices = self._choices(ticket)
+        except ConstrainError as exc:
+            ticket.send(Update(error=RequestError(str(exc), status=500, code="dead_end")))
+            return
+        update = self._deltas(ticket, final=True) if r.stream else Update()
+        update.done = choices
+        ticket.send(update)
+        self.metrics.completed += 1
+        self.metrics.observe_request(time.perf_counter() - ticket.submitted,
+                                     sum(c.tokens for c in choices),
+                                     job.strategy.stats.constraint_s)  # fmt: skip
+
+    def _choices(self, ticket: Ticket) -> list[Choice]:
+        run, r = ticket.run, ticket.request
+        if not r.config.token_samples:  # SMC: a particle drawn by weight per choice
+            return [
+                Choice(
+                    i, None, res.text, [], _reason(res.finish_reason, False), [], len(res.tokens)
+                )  # fmt: skip
+                for i, res in enumerate(run.results())
+            ]
+        out = []
+        for i, (s, answer) in enumerate(zip(ticket.job.sequences, ticket.answers)):
+            if s.finish_reason == "dead":
+                run.results()  # raises the ConstrainError that says why
+            content = answer.content(s.tokens)
+            logprobs = [
+                lp for k, lp in enumerate(s.token_logprobs())
+                if answer.content_start is not None and k >= answer.content_start
+            ]  # fmt: skip
+            out.append(
+                Choice(
+                    i,
+                    answer.thought(s.tokens),
+                    content,
+                    answer.bodies(s.tokens),
+                    _reason(s.finish_reason, bool(answer.call_spans)),
+                    logprobs,
+                    len(s.tokens),
+                )
+            )
+        return out
+
+
+def _constraint(r: Request) -> dict:
+    spec = r.spec
+    kind = spec.kind
+    if kind == "free":
+        return {}
+    value = getattr(spec, kind)
+    return (
+        {kind: value, "schema_options": spec.schema_options} if kind == "schema" else {kind: value}
+    )
+
+
+def _reason(finish_reason: str | None, calls: bool) -> str:
+    """OpenAI's finish reason: "stop", "length" (max_tokens or the timeout) or "tool_calls"."""
+    if finish_reason in ("length", "timeout"):
+        return "length"
+    return "tool_calls" if calls else "stop"
+
+
+def _held(text: str, hold: int) -> str:
+    """`text` without its last `hold` characters and any partial character at its end."""
+    text = text.rstrip("\ufffd")
+    return text[: len(text) - hold] if hold > 0 else text
