@@ -6,7 +6,7 @@ PIP    := $(BIN)/pip install -q --disable-pip-version-check -c constraints.txt
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_VERBOSITY := error
 
-.PHONY: demo test test-sanitize test-slow bench bench-models jsonschemabench conformance lint clean
+.PHONY: demo serve bench-serve test test-sanitize test-slow bench bench-models jsonschemabench conformance lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,18 @@ $(VENV)/.dev: $(VENV)/.core
 
 demo: $(VENV)/.core
 	$(BIN)/python -m constrain.demo
+
+# the OpenAI-compatible server with the bundled model on 127.0.0.1:8000 (docs/serving.md)
+$(VENV)/.serve: $(VENV)/.core
+	$(PIP) fastapi uvicorn
+	touch $@
+
+serve: $(VENV)/.serve
+	$(BIN)/constrain serve
+
+# the server's throughput, latency and soak (docs/benchmarks/serve.md)
+bench-serve: $(VENV)/.dev
+	$(BIN)/python -m constrain.bench.serve --markdown docs/benchmarks/serve.md
 
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q

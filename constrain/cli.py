@@ -190,6 +190,10 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.benchmark == "serve":
+        from constrain.bench import serve
+
+        return serve.main(args.rest)
     from constrain.bench import jsonschemabench
 
     return jsonschemabench.main(args.rest) or 0
@@ -251,12 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench",
-        help="run a benchmark (jsonschemabench)",
+        help="run a benchmark (jsonschemabench, serve)",
         description="Run a benchmark; the options after its name are the benchmark's own "
         "(`constrain bench jsonschemabench --help`). The micro-benchmarks are scripts in the "
         "repository's bench/ (`python bench/samplers.py --help`).",
     )
-    bench.add_argument("benchmark", choices=["jsonschemabench"])
+    bench.add_argument("benchmark", choices=["jsonschemabench", "serve"])
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(run=_cmd_bench)
 

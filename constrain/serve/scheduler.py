@@ -227,7 +227,11 @@ class Scheduler:
         except ConstrainError as exc:
             ticket.send(Update(error=RequestError(str(exc), status=500, code="dead_end")))
             return
-        update = self._deltas(ticket, final=True) if r.stream else Update()
+        update = Update()
+        if r.stream and r.config.token_samples:
+            update = self._deltas(ticket, final=True)
+        elif r.stream:  # SMC: the chosen particle's text arrives whole
+            update.content = {c.index: c.content for c in choices if c.content}
         update.done = choices
         ticket.send(update)
         self.metrics.completed += 1

@@ -1,0 +1,213 @@
+"""`constrain bench serve`: the server's throughput and latency under concurrent clients.
+
+A server runs in this process on 127.0.0.1 (a free port) with the bundled model; clients post
+structured requests (a JSON Schema, sampled with a seed per request) through the loopback.
+One run measures, side by side: concurrency 1, 4 and 16 with batching, and 16 with batching
+off (`max_running=1`: one request decoded at a time); then a soak of many structured requests
+at concurrency 16 whose resident memory is sampled as it goes. Every answer is validated with
+`jsonschema`; request counts and times are bounded.
+
+    python -m constrain.bench.serve [--requests 32] [--soak 200] [--markdown docs/benchmarks/serve.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import json
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+
+__all__ = ["main"]
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 16},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "city": {"type": "string", "maxLength": 16},
+    },
+    "required": ["name", "age", "city"],
+    "additionalProperties": False,
+}
+
+
+@dataclass
+class Level:
+    """One concurrency level's measurements."""
+
+    label: str
+    concurrency: int
+    requests: int
+    tokens: int
+    seconds: float
+    latencies: list[float]
+    invalid: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@contextlib.contextmanager
+def _serving(model, **options):
+    import uvicorn
+
+    from constrain.serve import build
+
+    config = uvicorn.Config(build(model, name="bench", **options), host="127.0.0.1", port=0,
+                            log_level="warning")  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("the server did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+
+
+def _request(url: str, i: int, max_tokens: int) -> tuple[float, int, bool]:
+    """One structured request: (seconds, completion tokens, valid)."""
+    import httpx
+    from jsonschema import Draft202012Validator
+
+    body = {
+        "model": "bench",
+        "messages": [{"role": "user", "content": f"Invent person number {i} as JSON."}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}},
+        "max_tokens": max_tokens,
+        "temperature": 1.0,
+        "seed": i,
+    }
+    t0 = time.perf_counter()
+    r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600)
+    seconds = time.perf_counter() - t0
+    if r.status_code != 200:
+        return seconds, 0, False
+    data = r.json()
+    choice = data["choices"][0]
+    try:
+        valid = choice["finish_reason"] == "stop" and Draft202012Validator(PERSON).is_valid(
+            json.loads(choice["message"]["content"])
+        )
+    except json.JSONDecodeError:
+        valid = False
+    return seconds, data["usage"]["completion_tokens"], valid
+
+
+def _level(url: str, label: str, concurrency: int, requests: int, max_tokens: int,
+           first: int = 0) -> Level:  # fmt: skip
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        results = list(pool.map(lambda i: _request(url, i, max_tokens),
+                                range(first, first + requests)))  # fmt: skip
+    seconds = time.perf_counter() - t0
+    return Level(label, concurrency, requests, sum(r[1] for r in results), seconds,
+                 [r[0] for r in results], sum(not r[2] for r in results))  # fmt: skip
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def soak(url: str, total: int, max_tokens: int, every: int = 25) -> list[tuple[int, float]]:
+    """`total` structured requests at concurrency 16: (requests done, RSS MiB) samples."""
+    samples = [(0, _rss_mb())]
+    done = 0
+    while done < total:
+        n = min(every, total - done)
+        level = _level(url, "soak", 16, n, max_tokens, first=10_000 + done)
+        if level.invalid:
+            raise RuntimeError(f"{level.invalid} invalid answers in the soak")
+        done += n
+        samples.append((done, _rss_mb()))
+    return samples
+
+
+def table(levels: list[Level]) -> str:
+    base = levels[0].tokens_per_s
+    rows = [
+        "| setting | concurrency | requests | tokens | tokens/s | vs 1 at a time | latency p50 (s) | latency p99 (s) | invalid |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]  # fmt: skip
+    for lv in levels:
+        rows.append(
+            f"| {lv.label} | {lv.concurrency} | {lv.requests} | {lv.tokens} | "
+            f"{lv.tokens_per_s:.1f} | {lv.tokens_per_s / base:.2f}x | "
+            f"{statistics.median(lv.latencies):.2f} | {lv.percentile(0.99):.2f} | {lv.invalid} |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="constrain bench serve", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--model", default=None, help="bundled name or directory")
+    parser.add_argument("--requests", type=int, default=32, help="requests at concurrency 16")
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--soak", type=int, default=200, help="requests in the soak (0: none)")
+    parser.add_argument("--markdown", default=None, help="write the report here too")
+    args = parser.parse_args(argv)
+
+    from constrain.models import load_model
+
+    model = load_model(args.model)
+    n = args.requests
+    levels = []
+    with _serving(model, max_running=16, max_queue=64) as url:
+        _request(url, -1, args.max_tokens)  # warm-up: compile and first masks
+        for c, k in ((1, max(4, n // 4)), (4, max(8, n // 2)), (16, n)):
+            levels.append(_level(url, "batched", c, k, args.max_tokens))
+            print(table(levels), flush=True)
+    with _serving(model, max_running=1, max_queue=64) as url:
+        _request(url, -1, args.max_tokens)
+        levels.append(_level(url, "batching off", 16, n, args.max_tokens))
+    report = ["## Throughput and latency", "", table(levels), ""]
+    print(table(levels))
+    if args.soak:
+        with _serving(model, max_running=16, max_queue=64) as url:
+            samples = soak(url, args.soak, args.max_tokens)
+        first, last = samples[1][1], samples[-1][1]
+        report += [
+            f"## Soak: {args.soak} structured requests at concurrency 16", "",
+            "| requests done | " + " | ".join(str(d) for d, _ in samples) + " |",
+            "|---|" + "---:|" * len(samples),
+            "| RSS (MiB) | " + " | ".join(f"{m:.0f}" for _, m in samples) + " |", "",
+            f"RSS after the first {samples[1][0]} requests: {first:.0f} MiB; after all "
+            f"{samples[-1][0]}: {last:.0f} MiB ({last - first:+.0f} MiB).", "",
+        ]  # fmt: skip
+        print("\n".join(report[-6:]))
+    text = "\n".join(report)
+    if args.markdown:
+        from pathlib import Path
+
+        header = (
+            "# Serving benchmark\n\nGenerated by `constrain bench serve"
+            f"{' --requests ' + str(n) if n != 32 else ''}` (python -m constrain.bench.serve): "
+            "the bundled model, a server in-process on 127.0.0.1, clients posting structured "
+            f"requests (a JSON Schema, max_tokens={args.max_tokens}, temperature 1, a seed "
+            "each), every answer validated with jsonschema. 2 CPU cores, no GPU.\n\n"
+        )
+        Path(args.markdown).write_text(header + text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
