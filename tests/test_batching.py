@@ -144,3 +144,41 @@ def test_batched_smc_weighs_each_prompt(lm):
         posterior = exact[prompt][1]
         tv = 0.5 * sum(abs(mass.get(k, 0) - posterior[k]) for k in posterior)
         assert tv < 0.07, (prompt, tv)
+
+
+def test_jobs_joining_a_running_batch_decode_as_alone(lm):
+    """Jobs of different constraints and seeds, joining a `Batch` at different steps, draw
+    exactly the tokens each draws alone, and the batch makes one forward per step for all
+    the `Sampling` jobs in it."""
+    from constrain.decoding import Batch
+
+    settings = [dict(regex=PATTERN, seed=1), dict(regex="(ab|b)+a?", seed=2),
+                dict(choices=["ab", "bab", "a"], seed=3)]  # fmt: skip
+
+    def start(i: int):
+        options = dict(settings[i])
+        seed = options.pop("seed")
+        return cn.Generator(lm, max_tokens=6, **options).start([PROMPTS[i % 2]], seed)
+
+    alone = []
+    for i in range(len(settings)):
+        run = start(i)
+        for _ in run.steps():
+            pass
+        alone.append(run.sequences[0].tokens)
+
+    runs = [start(i) for i in range(len(settings))]
+    jobs = [run.job() for run in runs]
+    batch = Batch([jobs[0]])
+    before = lm.n_forwards
+    steps = 0
+    while batch.jobs or steps < 2:
+        if steps == 1:
+            batch.add(jobs[1])
+        if steps == 2:
+            batch.add(jobs[2])
+        batch.step()
+        steps += 1
+    assert all(job.ended for job in jobs)
+    assert [job.sequences[0].tokens for job in jobs] == alone
+    assert lm.n_forwards - before <= steps  # one forward per step, whoever is in the batch

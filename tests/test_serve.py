@@ -9,23 +9,21 @@ in each family's documented format and set on a copy of the bundled tokenizer.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import copy
 import json
 import re
-import threading
 import time
 
 import httpx
 import pytest
-from chat_templates import TEMPLATES, THINKING_TEMPLATE
+from chat_templates import TEMPLATES, THINKING_TEMPLATE, TOOLS
 from jsonschema import Draft202012Validator
 
 openai = pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
 
+from constrain import serve  # noqa: E402
 from constrain.models.transformers_lm import TransformersLM  # noqa: E402
-from constrain.serve import build  # noqa: E402
 
 NAME = "smollm2"
 PERSON = {
@@ -37,51 +35,11 @@ PERSON = {
     "required": ["name", "age"],
     "additionalProperties": False,
 }
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 20},
-        "unit": {"enum": ["celsius", "fahrenheit"]},
-    },
-    "required": ["city", "unit"],
-    "additionalProperties": False,
-}
-TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    },
-]
 ASK_PERSON = [{"role": "user", "content": "Describe a person as JSON."}]
 
 
-@contextlib.contextmanager
 def serving(model, **options):
-    """A live server for `model` on a free loopback port; yields its base URL."""
-    config = uvicorn.Config(
-        build(model, name=NAME, **options), host="127.0.0.1", port=0, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    return serve.serving(model, name=NAME, **options)
 
 
 def client(url: str):
@@ -369,8 +327,7 @@ def test_thinking_template_returns_reasoning_and_valid_content(smollm):
         content = "".join(ch.choices[0].delta.content or "" for ch in chunks)
         assert content == message.content
         thought = "".join(
-            (ch.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
-            for ch in chunks
+            (ch.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for ch in chunks
         )
         assert thought.strip() == reasoning
         with pytest.raises(openai.BadRequestError) as err:

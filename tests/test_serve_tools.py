@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from chat_templates import HERMES_TEMPLATE, MISTRAL_TEMPLATE, TEMPLATES
+from chat_templates import HERMES_TEMPLATE, MISTRAL_TEMPLATE, TEMPLATES, TOOLS, WEATHER
 from jsonschema import Draft202012Validator
 
 from constrain.errors import ConfigError
@@ -25,31 +25,6 @@ from constrain.serve.tools import (
     tools_system_prompt,
 )
 
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string"},
-        "unit": {"enum": ["celsius", "fahrenheit"]},
-    },
-    "required": ["city", "unit"],
-}
-TOOLS = [
-    {
-        "type": "function",
-        "function": {"name": "get_weather", "description": "Weather.", "parameters": WEATHER},
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    },
-]
 WEATHER_ARGS = {"city": "Paris", "unit": "celsius"}
 ADD_ARGS = {"a": 1, "b": 2}
 

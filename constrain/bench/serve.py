@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import contextlib
 import json
 import statistics
-import threading
 import time
 from dataclasses import dataclass
 
@@ -54,29 +52,6 @@ class Level:
     def percentile(self, q: float) -> float:
         ordered = sorted(self.latencies)
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-@contextlib.contextmanager
-def _serving(model, **options):
-    import uvicorn
-
-    from constrain.serve import build
-
-    config = uvicorn.Config(build(model, name="bench", **options), host="127.0.0.1", port=0,
-                            log_level="warning")  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("the server did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=60)
 
 
 def _request(url: str, i: int, max_tokens: int) -> tuple[float, int, bool]:
@@ -167,31 +142,36 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from constrain.models import load_model
+    from constrain.serve import serving
 
     model = load_model(args.model)
     n = args.requests
     levels = []
-    with _serving(model, max_running=16, max_queue=64) as url:
+    with serving(model, name="bench", max_running=16, max_queue=64) as url:
         _request(url, -1, args.max_tokens)  # warm-up: compile and first masks
         for c, k in ((1, max(4, n // 4)), (4, max(8, n // 2)), (16, n)):
             levels.append(_level(url, "batched", c, k, args.max_tokens))
             print(table(levels), flush=True)
-    with _serving(model, max_running=1, max_queue=64) as url:
+    with serving(model, name="bench", max_running=1, max_queue=64) as url:
         _request(url, -1, args.max_tokens)
         levels.append(_level(url, "batching off", 16, n, args.max_tokens))
     report = ["## Throughput and latency", "", table(levels), ""]
     print(table(levels))
     if args.soak:
-        with _serving(model, max_running=16, max_queue=64) as url:
+        with serving(model, name="bench", max_running=16, max_queue=64) as url:
             samples = soak(url, args.soak, args.max_tokens)
         first, last = samples[1][1], samples[-1][1]
+        half = min(samples, key=lambda sample: abs(sample[0] - args.soak / 2))
         report += [
             f"## Soak: {args.soak} structured requests at concurrency 16", "",
             "| requests done | " + " | ".join(str(d) for d, _ in samples) + " |",
             "|---|" + "---:|" * len(samples),
             "| RSS (MiB) | " + " | ".join(f"{m:.0f}" for _, m in samples) + " |", "",
-            f"RSS after the first {samples[1][0]} requests: {first:.0f} MiB; after all "
-            f"{samples[-1][0]}: {last:.0f} MiB ({last - first:+.0f} MiB).", "",
+            f"RSS after the first {samples[1][0]} requests: {first:.0f} MiB; after "
+            f"{half[0]}: {half[1]:.0f} MiB; after all {samples[-1][0]}: {last:.0f} MiB "
+            f"(second half: {last - half[1]:+.1f} MiB). Early growth is the model's prompt KV "
+            f"cache filling to its bound (`prompt_cache_bytes`, 256 MiB: every soak prompt "
+            f"differs) and the constraint's mask caches warming.", "",
         ]  # fmt: skip
         print("\n".join(report[-6:]))
     text = "\n".join(report)

@@ -9,9 +9,14 @@ See docs/serving.md.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
 from constrain.serve.errors import RequestError
 
-__all__ = ["RequestError", "build", "run"]
+__all__ = ["RequestError", "build", "run", "serving"]
 
 
 def build(
@@ -55,3 +60,27 @@ def run(model_name: str | None = None, *, host: str = "127.0.0.1", port: int = 8
 
     model = load_model(model_name, device=device)
     uvicorn.run(build(model, **options), host=host, port=port, log_level=log_level)
+
+
+@contextlib.contextmanager
+def serving(model, *, host: str = "127.0.0.1", port: int = 0, **options) -> Iterator[str]:
+    """Serve `model` from a thread of this process while the block runs; yields the base URL
+    (``http://127.0.0.1:<port>``; port 0: a free one). `options` are `build`'s. For tests,
+    benchmarks and notebooks; `run` is the command line's."""
+    import uvicorn
+
+    config = uvicorn.Config(build(model, **options), host=host, port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="constrain-http", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not start on {host}:{port}")
+        time.sleep(0.02)
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{host}:{bound}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)

@@ -34,6 +34,7 @@ _POLL = 0.25  # seconds between checks that a waiting client is still there
 def create_app(served: Served, scheduler: Scheduler):
     """The FastAPI application serving `served` through `scheduler` (started and stopped
     with the application)."""
+
     @asynccontextmanager
     async def lifespan(app):
         scheduler.start()
@@ -58,7 +59,12 @@ def create_app(served: Served, scheduler: Scheduler):
                                    f"{served.name!r})", "model", status=404,
                                    code="model_not_found")  # fmt: skip
             read = read_chat if kind == "chat" else read_completion
-            request = await asyncio.to_thread(read, body, served)
+            try:
+                request = await asyncio.to_thread(read, body, served)
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                if isinstance(exc, RequestError):
+                    raise
+                raise RequestError(f"malformed request: {type(exc).__name__}: {exc}") from None
             ticket = Ticket(request, asyncio.get_running_loop())
             scheduler.submit(ticket)
         except RequestError as exc:

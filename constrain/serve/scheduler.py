@@ -146,6 +146,7 @@ class Scheduler:
             except Exception as exc:  # a bug: fail the requests in flight, keep serving
                 for ticket in self.running:
                     ticket.send(Update(error=exc))
+                    self.metrics.failed += 1
                 self.running, self.batch = [], Batch()
 
     def _admit(self, ticket: Ticket) -> None:
@@ -156,11 +157,13 @@ class Scheduler:
         try:
             generator = Generator(self.model, config=r.config, **_constraint(r))
             run = generator.start([r.prompt] * r.n, r.seed)
-        except ConstrainError as exc:
+        except ConstrainError as exc:  # the prompt does not fit in the context, say
             ticket.send(Update(error=RequestError(str(exc), "messages")))
+            self.metrics.failed += 1
             return
         except Exception as exc:
             ticket.send(Update(error=exc))
+            self.metrics.failed += 1
             return
         ticket.run = run
         ticket.answers = [Answer(r.plan) for _ in range(r.n)]
@@ -219,6 +222,7 @@ class Scheduler:
     def _complete(self, ticket: Ticket) -> None:
         """Send the finished choices and retire `ticket`."""
         self.running.remove(ticket)
+        self.metrics.running = len(self.running)
         job, r = ticket.job, ticket.request
         if not job.ended:
             job.cancel("finished")  # every sequence has ended: the job leaves at the next step
@@ -226,6 +230,7 @@ class Scheduler:
             choices = self._choices(ticket)
         except ConstrainError as exc:
             ticket.send(Update(error=RequestError(str(exc), status=500, code="dead_end")))
+            self.metrics.failed += 1
             return
         update = Update()
         if r.stream and r.config.token_samples:

@@ -155,6 +155,8 @@ class Answer:
         if not s.running:
             if self.section == "call" and s.matcher.accepting():
                 self.call_spans.append((self.section_start, len(s.tokens)))
+            elif self.section == "deciding":  # ended before a call began: its text is content
+                self.content_start = self.section_start
             self.section = "done"
             return
         handler = getattr(self, f"_in_{self.section}")
