@@ -350,10 +350,12 @@ class TransformersLM:
         if cache is None or any(layer.is_sliding for layer in cache.layers):
             return  # a sliding-window cache cannot be cropped back to a prefix
         self._prompts[tuple(stream.tokens)] = self.fork(stream)
-        while self._prompts and self._prompt_cache_size() > self.prompt_cache_bytes:
+        while self._prompts and self.prompt_cache_used > self.prompt_cache_bytes:
             self._prompts.pop(next(iter(self._prompts)))
 
-    def _prompt_cache_size(self) -> int:
+    @property
+    def prompt_cache_used(self) -> int:
+        """Bytes of KV cache held for recent prompts (at most `prompt_cache_bytes`)."""
         return sum(
             layer.keys.nbytes + layer.values.nbytes
             for s in self._prompts.values()
