@@ -206,7 +206,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"constrain serve needs the serve extra: pip install 'constrain[serve]' "
                           f"({exc})") from None  # fmt: skip
     serve.run(
-        args.model, host=args.host, port=args.port, device=args.device,
+        args.model, host=args.host, port=args.port, device=args.device, name=args.name,
+        log_level=args.log_level,
         max_running=args.max_running, max_queue=args.max_queue, max_tokens=args.max_tokens,
         timeout=args.timeout, tool_format=args.tool_format,
     )  # fmt: skip
@@ -280,7 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
         "/v1/completions, /v1/models, /health and /metrics (docs/serving.md).",
     )
     srv.add_argument("model", nargs="?", default=None, help="bundled name, directory or Hub id")
+    srv.add_argument("--name", default=None, help="the model id clients send (default: MODEL)")
     srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--log-level", default="info", help="uvicorn's: warning, info, debug")
     srv.add_argument("--port", type=int, default=8000)
     srv.add_argument("--device", default="auto")
     srv.add_argument("--max-running", type=int, default=16, help="requests batched together")

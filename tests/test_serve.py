@@ -336,3 +336,14 @@ def test_thinking_template_returns_reasoning_and_valid_content(smollm):
                 extra_body={"max_reasoning_tokens": 20},
             )  # fmt: skip
         assert err.value.body["param"] == "max_reasoning_tokens"
+
+
+def test_constrain_serve_command_serves():
+    """The command line's server, in a child process as users run it."""
+    with serve.spawned(name="cli-model", max_tokens=16, max_running=4) as (base, pid):
+        assert pid > 0
+        c = client(base)
+        assert [m.id for m in c.models.list().data] == ["cli-model"]
+        r = c.completions.create(model="cli-model", prompt="Digits:", temperature=0,
+                                 extra_body={"regex": r"[0-9]{3}"})  # fmt: skip
+        assert re.fullmatch(r"[0-9]{3}", r.choices[0].text)

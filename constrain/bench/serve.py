@@ -1,7 +1,7 @@
 """`constrain bench serve`: the server's throughput and latency under concurrent clients.
 
-A server runs in this process on 127.0.0.1 (a free port) with the bundled model; clients post
-structured requests (a JSON Schema, sampled with a seed per request) through the loopback.
+`constrain serve` runs as a child process on 127.0.0.1 (a free port) with the bundled model, as
+users run it; client threads here post structured requests (a JSON Schema, sampled with a seed per request) through the loopback.
 One run measures, side by side: concurrency 1, 4 and 16 with batching, and 16 with batching
 off (`max_running=1`: one request decoded at a time); then a soak of many structured requests
 at concurrency 16 whose resident memory is sampled as it goes. Every answer is validated with
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import contextlib
 import json
 import statistics
 import time
@@ -95,32 +94,30 @@ def _level(url: str, label: str, concurrency: int, requests: int, max_tokens: in
                  [r[0] for r in results], sum(not r[2] for r in results))  # fmt: skip
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+def _gauges(url: str) -> dict[str, float]:
+    """The server's gauges from /metrics."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#") and "{" not in line
+    }
 
 
-def _live_mb() -> float:
-    """Resident memory after a full collection and after the C allocator returned its free
-    pages (glibc keeps freed KV-cache blocks in per-thread arenas): what is still held."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    return _rss_mb()
-
-
-def soak(url: str, model, total: int, max_tokens: int, every: int = 25) -> list[tuple]:
-    """`total` structured requests at concurrency 16: samples of (requests done, RSS MiB,
-    live MiB, prompt KV cache MiB)."""
+def soak(url: str, total: int, max_tokens: int, every: int = 25) -> list[tuple]:
+    """`total` structured requests at concurrency 16: samples of (requests done, the
+    server's RSS MiB, its prompt KV cache MiB)."""
 
     def sample(done: int) -> tuple:
-        return done, _rss_mb(), _live_mb(), model.prompt_cache_used / 2**20
+        g = _gauges(url)
+        mib = 2**20
+        return (
+            done,
+            g["constrain_resident_memory_bytes"] / mib,
+            g["constrain_prompt_cache_bytes"] / mib,
+        )
 
     samples = [sample(0)]
     done = 0
@@ -150,23 +147,21 @@ def table(levels: list[Level]) -> str:
 
 
 def soak_report(samples: list[tuple]) -> list[str]:
-    """The soak's table and its verdict on the second half (live memory, prompt cache
-    growth taken out)."""
-    half = samples[len(samples) // 2]
-    last = samples[-1]
-    growth = (last[2] - half[2]) - (last[3] - half[3])
-    per = growth / max(1, last[0] - half[0]) * 1024
+    """The soak's table and its verdict on the second half (the prompt KV cache's growth,
+    bounded, taken out)."""
+    half, last = samples[len(samples) // 2], samples[-1]
+    growth = (last[1] - half[1]) - (last[2] - half[2])
+    share = growth / half[1] * 100
     return [
         f"## Soak: {last[0]} structured requests at concurrency 16", "",
         "| requests done | " + " | ".join(str(s[0]) for s in samples) + " |",
         "|---|" + "---:|" * len(samples),
-        "| RSS (MiB) | " + " | ".join(f"{s[1]:.0f}" for s in samples) + " |",
-        "| live (MiB) | " + " | ".join(f"{s[2]:.0f}" for s in samples) + " |",
-        "| prompt KV cache (MiB) | " + " | ".join(f"{s[3]:.0f}" for s in samples) + " |", "",
-        f"Live memory (after a full collection and `malloc_trim`) over the second half, "
-        f"requests {half[0]} to {last[0]}, without the prompt KV cache's growth: "
-        f"{growth:+.1f} MiB ({per:+.0f} KiB per request). The prompt KV cache fills to its "
-        f"bound (`prompt_cache_bytes`, 256 MiB; every soak prompt differs), then stays.", "",
+        "| server RSS (MiB) | " + " | ".join(f"{s[1]:.0f}" for s in samples) + " |",
+        "| prompt KV cache (MiB) | " + " | ".join(f"{s[2]:.0f}" for s in samples) + " |", "",
+        f"Server RSS over the second half (requests {half[0]} to {last[0]}), without the "
+        f"prompt KV cache's growth: {growth:+.1f} MiB ({share:+.1f}%). The prompt KV cache "
+        f"fills to its bound (`prompt_cache_bytes`, 256 MiB; every soak prompt differs), "
+        f"then stays.", "",
     ]  # fmt: skip
 
 
@@ -180,27 +175,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", default=None, help="write the report here too")
     args = parser.parse_args(argv)
 
-    from constrain.models import load_model
-    from constrain.serve import serving
+    from constrain.serve import spawned
 
-    model = load_model(args.model)
     n = args.requests
     levels = []
-    with serving(model, name="bench", max_running=16, max_queue=64) as url:
+    server = dict(name="bench", max_queue=64, max_tokens=args.max_tokens)
+    with spawned(args.model, max_running=16, **server) as (url, _):
         _request(url, -1, args.max_tokens)  # warm-up: compile and first masks
         for c, k in ((1, max(4, n // 4)), (4, max(8, n // 2)), (16, n)):
             levels.append(_level(url, "batched", c, k, args.max_tokens))
             print(table(levels), flush=True)
-    with serving(model, name="bench", max_running=1, max_queue=64) as url:
+    with spawned(args.model, max_running=1, **server) as (url, _):
         _request(url, -1, args.max_tokens)
         levels.append(_level(url, "batching off", 16, n, args.max_tokens))
     report = ["## Throughput and latency", "", table(levels), ""]
     print(table(levels))
     if args.soak:
-        with serving(model, name="bench", max_running=16, max_queue=64) as url:
-            samples = soak(url, model, args.soak, args.max_tokens)
+        with spawned(args.model, max_running=16, **server) as (url, _):
+            samples = soak(url, args.soak, args.max_tokens)
         report += soak_report(samples)
-        print("\n".join(report[-8:]))
+        print("\n".join(report[-7:]))
     text = "\n".join(report)
     if args.markdown:
         from pathlib import Path
@@ -208,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         header = (
             "# Serving benchmark\n\nGenerated by `constrain bench serve"
             f"{' --requests ' + str(n) if n != 32 else ''}` (python -m constrain.bench.serve): "
-            "the bundled model, a server in-process on 127.0.0.1, clients posting structured "
+            "the bundled model served by `constrain serve` in a child process on 127.0.0.1, "
+            "16 client threads here posting structured "
             f"requests (a JSON Schema, max_tokens={args.max_tokens}, temperature 1, a seed "
             "each), every answer validated with jsonschema. 2 CPU cores, no GPU.\n\n"
         )

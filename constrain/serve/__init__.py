@@ -10,13 +10,17 @@ See docs/serving.md.
 from __future__ import annotations
 
 import contextlib
+import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 
 from constrain.serve.errors import RequestError
 
-__all__ = ["RequestError", "build", "run", "serving"]
+__all__ = ["RequestError", "build", "run", "serving", "spawned"]
 
 
 def build(
@@ -84,3 +88,47 @@ def serving(model, *, host: str = "127.0.0.1", port: int = 0, **options) -> Iter
     finally:
         server.should_exit = True
         thread.join(timeout=60)
+
+
+@contextlib.contextmanager
+def spawned(model_name: str | None = None, **options) -> Iterator[tuple[str, int]]:
+    """Run ``constrain serve`` as a child process on a free loopback port while the block
+    runs, as users run it; yields (base URL, its pid). `options` are the command's
+    (``max_running=1`` is ``--max-running 1``)."""
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [
+        sys.executable,
+        "-m",
+        "constrain.cli",
+        "serve",
+        *([model_name] if model_name else []),
+    ]
+    command += ["--port", str(port), "--log-level", "warning"]
+    for key, value in options.items():
+        command += [f"--{key.replace('_', '-')}", str(value)]
+    url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryFile() as log:
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 600
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                        break
+                if child.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    tail = log.read().decode(errors="replace")[-2000:]
+                    raise RuntimeError(f"constrain serve did not start: {tail}")
+                time.sleep(0.2)
+            yield url, child.pid
+        finally:
+            child.terminate()
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()

@@ -105,7 +105,8 @@ def create_app(served: Served, scheduler: Scheduler):
     @app.get("/metrics")
     async def metrics():
         cache = compiled_constraints(served.model.vocab)
-        text = scheduler.metrics.text(cache.hits, cache.misses)
+        held = getattr(served.model, "prompt_cache_used", 0)
+        text = scheduler.metrics.text(cache.hits, cache.misses, held)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     return app

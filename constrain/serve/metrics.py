@@ -4,9 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Histogram", "Metrics"]
+__all__ = ["Histogram", "Metrics", "resident_bytes"]
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+def resident_bytes() -> int:
+    """This process's resident set size (Linux; elsewhere its peak)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 @dataclass
@@ -68,7 +82,7 @@ class Metrics:
         if tokens:
             self.tpot.observe(seconds / tokens)
 
-    def text(self, cache_hits: int, cache_misses: int) -> str:
+    def text(self, cache_hits: int, cache_misses: int, prompt_cache_bytes: int) -> str:
         """The Prometheus exposition of every metric."""
         p = "constrain_"
         lines = []
@@ -84,6 +98,8 @@ class Metrics:
              "time spent in constraints (masks, checks)"),
             ("compile_cache_hits_total", cache_hits, "counter", "compiled constraints reused"),
             ("compile_cache_misses_total", cache_misses, "counter", "constraints compiled"),
+            ("prompt_cache_bytes", prompt_cache_bytes, "gauge", "KV cache kept for prompts"),
+            ("resident_memory_bytes", resident_bytes(), "gauge", "the process's resident set"),
         ):  # fmt: skip
             lines += [f"# HELP {p}{name} {help_text}", f"# TYPE {p}{name} {kind}",
                       f"{p}{name} {value}"]  # fmt: skip
