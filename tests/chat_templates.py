@@ -4,9 +4,9 @@ template is copied), applied to the bundled tokenizer by the server and tool-for
 # Qwen 2.5 / Hermes: tools listed in the system turn, each call a <tool_call> block
 HERMES_TEMPLATE = r"""
 {%- if tools -%}
-{{- '<|im_start|>system\nYou are a helpful assistant.\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>' -}}
+{{- '<|im_start|>system\nAssistant with functions.\n\nAvailable functions:\n<tools>' -}}
 {%- for tool in tools -%}{{- '\n' + (tool | tojson) -}}{%- endfor -%}
-{{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n' -}}
+{{- '\n</tools>\n\nTo call one, write <tool_call>, a line with {"name": ..., "arguments": {...}}, then </tool_call>.<|im_end|>\n' -}}
 {%- else -%}
 {{- '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' -}}
 {%- endif -%}
@@ -32,7 +32,7 @@ LLAMA3_TEMPLATE = r"""
 {{- 'Cutting Knowledge Date: December 2023\n\n<|eot_id|>' -}}
 {%- for message in messages -%}
 {%- if message.role == 'user' and loop.first and tools -%}
-{{- '<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON for a function call with its proper arguments that best answers the given prompt.\n\nRespond in the format {"name": function name, "parameters": dictionary of argument name and its value}. Do not use variables.\n\n' -}}
+{{- '<|start_header_id|>user<|end_header_id|>\n\nFunctions you can call follow. To call one, answer with only {"name": ..., "parameters": {...}}.\n\n' -}}
 {%- for tool in tools -%}{{- (tool | tojson(indent=4)) + '\n\n' -}}{%- endfor -%}
 {{- message.content + '<|eot_id|>' -}}
 {%- elif message.tool_calls -%}

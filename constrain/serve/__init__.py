@@ -49,7 +49,7 @@ def build(
     from constrain.serve.scheduler import Scheduler
 
     served = Served(model, name or model.name, max_tokens=max_tokens, timeout=timeout,
-                    tool_format=tool_format)  # fmt: skip
+                    tool_format_name=tool_format)  # fmt: skip
     scheduler = Scheduler(model, max_running=max_running, max_queue=max_queue)
     return create_app(served, scheduler)
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Any
 
 from constrain.constraints import ConstraintSpec
@@ -61,7 +62,7 @@ class Served:
     max_tokens: int = 512  # default max_tokens of a request
     max_n: int = 8
     timeout: float = 120.0  # default and longest decoding time of a request, seconds
-    tool_format: str | None = None  # a registry name forcing the format (else derived)
+    tool_format_name: str | None = None  # a registry name forcing the format (else derived)
 
     @property
     def tokenizer(self):
@@ -71,15 +72,26 @@ class Served:
         """Token ids of text the format fixes (no BOS, special-token text as text)."""
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    @cached_property
     def thinking_markers(self) -> tuple[str, str, bool] | None:
         """(open, close, whether the generation prompt opens it) when the chat template has a
-        thinking section."""
+        thinking section (read once: the template does not change)."""
         template = getattr(self.tokenizer, "chat_template", None) or ""
         for open_, close in _THINKING_MARKERS:
             if open_ in template and close in template:
                 prompt = render_chat(self.tokenizer, [{"role": "user", "content": "?"}])
                 return open_, close, prompt.rstrip().endswith(open_)
         return None
+
+    @cached_property
+    def tool_format(self) -> toolbox.ToolFormat:
+        """The tool-call format: `tool_format_name` from the registry, else derived from the
+        chat template (read once), else the default."""
+        return toolbox.tool_format(self.tokenizer, self.tool_format_name)
+
+    @cached_property
+    def template_renders_tools(self) -> bool:
+        return toolbox.template_renders_tools(self.tokenizer)
 
 
 @dataclass
@@ -97,7 +109,6 @@ class Request:
     logprobs: bool = False
     top_logprobs: int = 0
     include_usage: bool = False
-    functions: list[dict] = field(default_factory=list)
 
 
 def read_chat(body: Mapping, served: Served) -> Request:
@@ -108,7 +119,7 @@ def read_chat(body: Mapping, served: Served) -> Request:
     choice = _tool_choice(body.get("tool_choice"), functions)
     fmt = _format(body, served) if functions else None
     encode = dict(special_tokens=False)
-    if functions and choice != "none" and not toolbox.template_renders_tools(served.tokenizer):
+    if functions and choice != "none" and not served.template_renders_tools:
         system = toolbox.tools_system_prompt(fmt, functions)
         messages = _with_system(messages, system)
         tools_arg = None
@@ -125,7 +136,7 @@ def read_chat(body: Mapping, served: Served) -> Request:
     max_tokens = _positive_int(
         body, "max_completion_tokens", _positive_int(body, "max_tokens", served.max_tokens)
     )
-    markers = served.thinking_markers()
+    markers = served.thinking_markers
     thinking = None
     if markers is not None:
         default = max(1, max_tokens // 2)
@@ -331,7 +342,9 @@ def _tool_choice(choice, functions: list[dict]) -> str:
 
 
 def _format(body: Mapping, served: Served) -> toolbox.ToolFormat:
-    name = body.get("tool_format", served.tool_format)
+    name = body.get("tool_format")
+    if name is None:
+        return served.tool_format
     try:
         return toolbox.tool_format(served.tokenizer, name)
     except ConstrainError as exc:

@@ -17,11 +17,10 @@ decide between a call and content.
 
 from __future__ import annotations
 
-import codecs
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from constrain.constraints import Constraint
+from constrain.constraints import Constraint, ConstraintSpec
 from constrain.decoding import Sequence as Generation
 from constrain.engine.vocab import Vocabulary
 from constrain.serve.tools import ToolFormat
@@ -99,8 +98,6 @@ class AnswerPlan:
 
     def constraint(self, regex: str) -> Constraint:
         """The (vocabulary-cached) constraint of a section's regex."""
-        from constrain.constraints import ConstraintSpec
-
         return ConstraintSpec(regex=regex).constraint(self.vocab)
 
 
@@ -184,16 +181,12 @@ class Answer:
         calls = self.plan.calls
         text = self._section_text(s)
         if text == calls.trigger:
-            tokens = s.tokens[self.section_start :]
-            start = self.section_start
-            matcher = calls.body.start(
-                max(self.plan.max_tokens - start, 0) if self.plan.budget else None
-            )
-            if not calls.format.open:  # the trigger is the body's first character
-                for token in tokens:
-                    matcher.advance(token)
-            else:
-                start = len(s.tokens)
+            # without a wrapper the trigger is the body's first character: the body has begun
+            start = len(s.tokens) if calls.format.open else self.section_start
+            left = self.plan.max_tokens - start
+            matcher = calls.body.start(max(left, 0) if self.plan.budget else None)
+            for token in s.tokens[start:]:
+                matcher.advance(token)
             s.force([], matcher)
             self.section, self.section_start = "call", start
         elif not calls.trigger.startswith(text):
@@ -262,19 +255,3 @@ class Answer:
     def bodies(self, tokens: Sequence[int]) -> list[str]:
         """The texts of the finished call bodies."""
         return [self.plan.vocab.decode(tokens[a:b]) for a, b in self.call_spans]
-
-
-class TextDeltas:
-    """The new text of a growing token list, whole UTF-8 characters at a time."""
-
-    def __init__(self, vocab: Vocabulary):
-        self.vocab = vocab
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.sent = 0  # tokens decoded so far
-
-    def delta(self, tokens: Sequence[int], start: int) -> str:
-        """The text of ``tokens[start:]`` not returned before."""
-        self.sent = max(self.sent, start)
-        piece = self.decoder.decode(self.vocab.decode_bytes(tokens[self.sent :]))
-        self.sent = len(tokens)
-        return piece
