@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import ctypes
 import gc
 import threading
 import time
@@ -25,6 +27,17 @@ from constrain.serve.protocol import Request
 from constrain.serve.sections import Answer
 
 __all__ = ["Scheduler", "Ticket", "Update"]
+
+_TRIM_EVERY = 2.0  # seconds between returns of freed heap pages to the system
+
+
+def _heap_trimmer():
+    """glibc's `malloc_trim`, which returns freed heap pages to the system (KV caches are
+    freed in blocks glibc would otherwise keep, and the resident set would creep up); None
+    elsewhere."""
+    with contextlib.suppress(OSError, AttributeError):
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    return None
 
 
 @dataclass
@@ -94,6 +107,7 @@ class Scheduler:
         self.wake = threading.Condition()
         self.stopped = False
         self.thread = threading.Thread(target=self._loop, name="constrain-scheduler", daemon=True)
+        self.trim_heap, self.trimmed_at = _heap_trimmer(), 0.0
 
     def start(self) -> None:
         gc.freeze()  # the model and the compiled constraints stay: full collections skip them
@@ -240,6 +254,9 @@ class Scheduler:
         update.done = choices
         ticket.send(update)
         self.metrics.completed += 1
+        if self.trim_heap is not None and time.perf_counter() - self.trimmed_at > _TRIM_EVERY:
+            self.trim_heap(0)
+            self.trimmed_at = time.perf_counter()
         self.metrics.observe_request(time.perf_counter() - ticket.submitted,
                                      sum(c.tokens for c in choices),
                                      job.strategy.stats.constraint_s)  # fmt: skip
