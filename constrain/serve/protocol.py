@@ -101,7 +101,7 @@ class Request:
     kind: str  # "chat" or "completion"
     prompt: PromptIds
     config: DecodingConfig
-    spec: ConstraintSpec  # the first section's constraint (what `Generator` compiles)
+    spec: ConstraintSpec  # the content's (what `Generator` compiles; sections swap matchers)
     plan: AnswerPlan
     n: int = 1
     seed: int | None = None
@@ -118,7 +118,6 @@ def read_chat(body: Mapping, served: Served) -> Request:
     functions = toolbox.check_tools(body["tools"]) if body.get("tools") else []
     choice = _tool_choice(body.get("tool_choice"), functions)
     fmt = _format(body, served) if functions else None
-    encode = dict(special_tokens=False)
     if functions and choice != "none" and not served.template_renders_tools:
         system = toolbox.tools_system_prompt(fmt, functions)
         messages = _with_system(messages, system)
@@ -127,7 +126,7 @@ def read_chat(body: Mapping, served: Served) -> Request:
         tools_arg = body.get("tools") if functions else None
     if served.model.has_chat_template:
         try:
-            ids = encode_chat(served.tokenizer, messages, tools=tools_arg, **encode)
+            ids = encode_chat(served.tokenizer, messages, tools=tools_arg)
         except ConstrainError as exc:
             raise RequestError(str(exc), "messages") from None
     else:
