@@ -107,7 +107,7 @@ class Scheduler:
         self.wake = threading.Condition()
         self.stopped = False
         self.thread = threading.Thread(target=self._loop, name="constrain-scheduler", daemon=True)
-        self.trim_heap, self.trimmed_at = _heap_trimmer(), 0.0
+        self.trim_heap, self.trimmed_at, self.untrimmed = _heap_trimmer(), 0.0, False
 
     def start(self) -> None:
         gc.freeze()  # the model and the compiled constraints stay: full collections skip them
@@ -143,6 +143,8 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self.wake:
+                if not self.waiting and not self.running:
+                    self._trim(idle=True)
                 while not self.stopped and not self.waiting and not self.running:
                     self.wake.wait()
                 if self.stopped:
@@ -162,6 +164,14 @@ class Scheduler:
                     ticket.send(Update(error=exc))
                     self.metrics.failed += 1
                 self.running, self.batch = [], Batch()
+
+    def _trim(self, idle: bool) -> None:
+        """Return freed heap pages to the system: when the server goes idle, and between
+        completions at most every `_TRIM_EVERY` seconds."""
+        due = idle or time.perf_counter() - self.trimmed_at > _TRIM_EVERY
+        if self.trim_heap is not None and self.untrimmed and due:
+            self.trim_heap(0)
+            self.trimmed_at, self.untrimmed = time.perf_counter(), False
 
     def _admit(self, ticket: Ticket) -> None:
         """Prefill `ticket`'s sequences and put them into their first section."""
@@ -254,9 +264,8 @@ class Scheduler:
         update.done = choices
         ticket.send(update)
         self.metrics.completed += 1
-        if self.trim_heap is not None and time.perf_counter() - self.trimmed_at > _TRIM_EVERY:
-            self.trim_heap(0)
-            self.trimmed_at = time.perf_counter()
+        self.untrimmed = True
+        self._trim(idle=False)
         self.metrics.observe_request(time.perf_counter() - ticket.submitted,
                                      sum(c.tokens for c in choices),
                                      job.strategy.stats.constraint_s)  # fmt: skip
