@@ -347,3 +347,25 @@ def test_constrain_serve_command_serves():
         r = c.completions.create(model="cli-model", prompt="Digits:", temperature=0,
                                  extra_body={"regex": r"[0-9]{3}"})  # fmt: skip
         assert re.fullmatch(r"[0-9]{3}", r.choices[0].text)
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"messages": [{"role": "user"}]}, "messages[0].content"),
+        ({"messages": "hello"}, "messages"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+         "messages[0].content[0]"),
+        ({"messages": [{"role": "assistant", "content": None, "tool_calls": [5]}]},
+         "messages[0].tool_calls[0]"),
+        ({"messages": [{"role": "user", "content": "x"}], "n": 50}, "n"),
+        ({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature"),
+        ({"messages": [{"role": "user", "content": "x"}], "grammar": 'start: "a" nowhere'},
+         "grammar"),
+        ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+          "function": {"name": "bad name!"}}]}, "tools[0].function.name"),
+    ],
+)  # fmt: skip
+def test_malformed_bodies_are_400s_naming_the_field(url, body, param):
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": NAME, **body}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text

@@ -290,22 +290,31 @@ def _messages(messages) -> list[dict]:
             content = "".join(texts)
         elif content is not None and not isinstance(content, str):
             raise RequestError("content must be text", f"messages[{i}].content")
+        if content is None and m["role"] != "assistant":
+            raise RequestError(f"a {m['role']} message needs content", f"messages[{i}].content")
         message = {**m, "content": content}
         if content is None and not m.get("tool_calls"):
             message["content"] = ""
-        out.append(_arguments_as_objects(message))
+        out.append(_arguments_as_objects(message, i))
     return out
 
 
-def _arguments_as_objects(message: dict) -> dict:
+def _arguments_as_objects(message: dict, i: int) -> dict:
     """An assistant message's tool calls with their arguments as objects, as templates
     render them (OpenAI sends them as JSON text)."""
     calls = message.get("tool_calls")
     if not calls:
         return message
+    if not isinstance(calls, list):
+        raise RequestError("tool_calls must be a list", f"messages[{i}].tool_calls")
     read = []
-    for call in calls:
-        function = dict(call.get("function") or {})
+    for j, call in enumerate(calls):
+        if not (isinstance(call, Mapping) and isinstance(call.get("function"), Mapping)):
+            raise RequestError(
+                'a tool call is {"id", "type", "function": {"name", "arguments"}}',
+                f"messages[{i}].tool_calls[{j}]",
+            )
+        function = dict(call["function"])
         arguments = function.get("arguments")
         if isinstance(arguments, str):
             try:
