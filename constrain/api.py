@@ -184,12 +184,9 @@ class Run:
 
     def steps(self) -> Iterator[list[decoding.Sequence]]:
         """Decode to the end, alone, yielding the sequences after every step."""
-        job = self.job()
-        batch = decoding.Batch([job])
-        while not job.ended:
-            batch.step()
-            self.sequences = job.sequences
-            yield job.sequences
+        for current in self.job().steps():
+            self.sequences = current
+            yield current
 
     def results(self) -> list[GenerationResult]:
         """One result per prompt (SMC: a particle drawn by weight, with all particles)."""

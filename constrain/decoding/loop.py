@@ -55,12 +55,8 @@ def decode(
     deadline: Deadline | None = None,
 ) -> Iterator[list[Sequence]]:
     """Run `sequences` until each ends, yielding them after every step (streaming reads them
-    there) and once more at the end: a `Batch` of this one job."""
-    job = Job(sequences, strategy, max_tokens, deadline)
-    batch = Batch([job])
-    while not job.ended:
-        batch.step()
-        yield job.sequences
+    there) and once more at the end: `Job.steps` of their job."""
+    return Job(sequences, strategy, max_tokens, deadline).steps()
 
 
 @dataclass(eq=False)
@@ -82,6 +78,14 @@ class Job:
     def cancel(self, why: str) -> None:
         """End the job's sequences before the next step (their KV caches are freed then)."""
         self.cancelled = why
+
+    def steps(self) -> Iterator[list[Sequence]]:
+        """Run the job alone (a `Batch` of it) until it ends, yielding its sequences after
+        every step and once more at the end."""
+        batch = Batch([self])
+        while not self.ended:
+            batch.step()
+            yield self.sequences
 
     def running(self) -> list[Sequence]:
         """End what must end before the next step; the sequences still running."""
@@ -221,8 +225,8 @@ class Sampling:
     def advance(self, sequences: list[Sequence], scored: list) -> None:
         """Draw one token per sequence from its scored rows (`forward`'s output)."""
         for s, rows in zip(sequences, scored):
-            row = s.control_row(*rows)
             t0 = time.perf_counter()
+            row = s.control_row(*rows)
             d = self.draw(row, s)
             t1 = time.perf_counter()
             self.stats.sample_s += t1 - t0

@@ -119,22 +119,23 @@ class Sequence:
             if self.matcher.finished():
                 self.finish("stop")
                 return
-            self.tokens.append(token)
-            if i >= in_streams:
-                for model, stream in self.streams():
-                    model.append(stream, token)
+            self._append(token, to_streams=i >= in_streams)
 
     def force(self, tokens: Tokens[int], matcher: TokenMatcher) -> None:
         """Append `tokens`, text a format fixes (a tool call's wrapper, a thinking section's
         end), to the tokens and every stream, then continue under `matcher`, which starts
         after them: the text becomes a new section with a constraint of its own."""
         for token in tokens:
-            self.tokens.append(token)
-            for model, stream in self.streams():
-                model.append(stream, token)
+            self._append(token)
         self.matcher = matcher
         if self.backtracker is not None:  # no backtrack reaches into an earlier section
             self.backtracker.banned.clear()
+
+    def _append(self, token: int, to_streams: bool = True) -> None:
+        self.tokens.append(token)
+        if to_streams:
+            for model, stream in self.streams():
+                model.append(stream, token)
 
     def rollback(self, n: int) -> None:
         """Undo the last `n` tokens: matcher, tokens and streams together."""

@@ -16,7 +16,7 @@ import ctypes
 import gc
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from constrain.api import Generator, Run
 from constrain.decoding import Batch, Job
@@ -217,7 +217,7 @@ class Scheduler:
             if ticket.first_token_at is None and any(s.tokens for s in job.sequences):
                 ticket.first_token_at = time.perf_counter()
                 self.metrics.observe_ttft(ticket.first_token_at - ticket.submitted)
-            if job.ended or all(not s.running for s in job.sequences) and not smc:
+            if job.ended or (not smc and all(not s.running for s in job.sequences)):
                 self._complete(ticket)
             elif ticket.request.stream and not smc:
                 ticket.send(self._deltas(ticket, final=False))
@@ -303,14 +303,8 @@ class Scheduler:
 
 
 def _constraint(r: Request) -> dict:
-    spec = r.spec
-    kind = spec.kind
-    if kind == "free":
-        return {}
-    value = getattr(spec, kind)
-    return (
-        {kind: value, "schema_options": spec.schema_options} if kind == "schema" else {kind: value}
-    )
+    """The request's constraint as `Generator`'s options (the spec's fields that are set)."""
+    return {f.name: v for f in fields(r.spec) if (v := getattr(r.spec, f.name)) is not None}
 
 
 def _reason(finish_reason: str | None, calls: bool) -> str:
