@@ -11,7 +11,6 @@ decoding loop (`constrain.decoding`), whatever the sampler, speculation or batch
 
 from __future__ import annotations
 
-import codecs
 import os
 import random
 import time
@@ -24,7 +23,7 @@ import numpy as np
 import torch
 
 from constrain import decoding
-from constrain.constraints import ConstraintSpec
+from constrain.constraints import Constraint, ConstraintSpec
 from constrain.decoding import Deadline
 from constrain.engine.grammar import Grammar
 from constrain.errors import ConfigError, ConstrainError, ContextLengthError
@@ -65,14 +64,29 @@ class Generator:
         config: DecodingConfig | None = None,
         **options: Any,
     ):
-        self.model = model
-        self.config = c = _config(config, options)
+        config = _config(config, options)
+        spec = ConstraintSpec(regex, choices, grammar, schema, type, schema_options)
+        t0 = time.perf_counter()
+        constraint = spec.constraint(model.vocab)
+        self._bind(model, spec, constraint, config, time.perf_counter() - t0)
+
+    @classmethod
+    def compiled(
+        cls, model: LanguageModel, spec: ConstraintSpec, constraint: Constraint,
+        config: DecodingConfig,
+    ) -> Generator:  # fmt: skip
+        """A generator over `constraint`, already compiled from `spec` for `model`'s
+        vocabulary (a server compiles each request's constraint in a worker thread and hands
+        it on with the request)."""
+        generator = cls.__new__(cls)
+        generator._bind(model, spec, constraint, _config(config, {}), 0.0)
+        return generator
+
+    def _bind(self, model, spec, constraint, config: DecodingConfig, compile_s: float) -> None:
+        self.model, self.spec, self.constraint, self.compile_s = model, spec, constraint, compile_s
+        self.config = c = config
         if c.token_samples:
             token_sampler(c.sampler)  # a sampler object must have `.sample`
-        self.spec = ConstraintSpec(regex, choices, grammar, schema, type, schema_options)
-        t0 = time.perf_counter()
-        self.constraint = self.spec.constraint(model.vocab)
-        self.compile_s = time.perf_counter() - t0
         self.stack = ProcessorStack(c.processors, c.temperature)
         # free text is complete after any token: no budget to fit
         self.fits_budget = c.fit_max_tokens and self.spec.kind != "free" and c.token_samples
@@ -304,16 +318,14 @@ class TextStream:
 
     def __iter__(self) -> Iterator[str]:
         run = self.generator.start([self.prompt], self.seed)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        sent = 0
+        sent = 0  # characters
         for (sequence,) in run.steps():
-            piece = decoder.decode(sequence.model.vocab.decode_bytes(sequence.tokens[sent:]))
-            sent = len(sequence.tokens)
-            if piece:
+            if piece := sequence.text.between(sent):
+                sent = sequence.text.chars
                 yield piece
-        if tail := decoder.decode(b"", final=True):
-            yield tail
         (self.result,) = run.results()
+        if tail := self.result.text[sent:]:  # a character the last token left unfinished
+            yield tail
 
 
 # -- one-call forms ---------------------------------------------------------------------------------

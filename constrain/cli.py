@@ -89,9 +89,11 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     for f in fields(DecodingConfig):
         flag = "--" + f.name.replace("_", "-")
         options = dict(dest=f.name, default=argparse.SUPPRESS, help=HELP[f.name])
-        if f.name in _READERS:
-            action = "append" if f.name == "processors" else "store"
-            group.add_argument(flag, type=_option(_READERS[f.name]), action=action, **options)
+        if f.name == "processors":  # repeatable: one processor per --processor
+            group.add_argument("--processor", flag, type=_option(_READERS[f.name]),
+                               action="append", metavar="NAME=VALUE", **options)  # fmt: skip
+        elif f.name in _READERS:
+            group.add_argument(flag, type=_option(_READERS[f.name]), **options)
         elif f.type.startswith("bool"):
             group.add_argument(flag, action=argparse.BooleanOptionalAction, **options)
         else:

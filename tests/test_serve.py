@@ -169,7 +169,7 @@ def test_bad_requests_are_400s_naming_the_field(url):
     for extra, param in (
         ({"frequency_penalty": 0.5}, "frequency_penalty"),
         ({"unknown_thing": 1}, "unknown_thing"),
-        ({"regex": "(", "choices": ["a"]}, "regex"),
+        ({"regex": "(", "choices": ["a"]}, "choices"),  # the second of two constraints
         ({"regex": "a(b"}, "regex"),
         ({"sampler": "beam"}, "sampler"),
         ({"max_tokens": 0}, "max_tokens"),

@@ -19,7 +19,6 @@ from constrain.serve.tools import (
     call_schema,
     check_tools,
     derive_format,
-    parse_calls,
     template_renders_tools,
     tool_format,
     tools_system_prompt,
@@ -267,25 +266,6 @@ def test_call_schema_keeps_local_references():
 # -- parsing calls ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", sorted(KNOWN_FORMATS))
-def test_parse_calls_round_trip(family):
-    fmt = KNOWN_FORMATS[family]
-    calls = [body(fmt, "get_weather", WEATHER_ARGS), body(fmt, "add", ADD_ARGS)]
-    bodies = [json.dumps(calls)] if fmt.list_body else [json.dumps(c) for c in calls]
-    parsed = parse_calls(bodies, fmt)
-    assert [c["function"]["name"] for c in parsed] == ["get_weather", "add"]
-    assert [json.loads(c["function"]["arguments"]) for c in parsed] == [WEATHER_ARGS, ADD_ARGS]
-    assert all(c["type"] == "function" for c in parsed)
-    ids = [c["id"] for c in parsed]
-    assert all(i.startswith("call_") and len(i) == 29 and int(i[5:], 16) >= 0 for i in ids)
-    assert len(set(ids)) == 2
-
-
-def test_parse_calls_rejects_non_calls():
-    with pytest.raises(RequestError):
-        parse_calls(['{"name": "add", "arguments": {'], KNOWN_FORMATS["hermes"])
-    with pytest.raises(RequestError):
-        parse_calls(['{"arguments": {}}'], KNOWN_FORMATS["hermes"])
 
 
 # -- checking tools -----------------------------------------------------------------------

@@ -2,9 +2,9 @@
 
 A Sequence owns everything that must move together when a token is emitted, undone or copied:
 the model stream (KV cache), the streams of its processors' auxiliary terms, the constraint's
-matcher, the generated tokens, the log-weight and the finish reason. `emit`, `rollback` and
-`fork` are the only places where they move, for every strategy of the decoding loop. Its
-policy at dead ends, `Backtracker`, moves with it.
+matcher, the generated tokens and their decoded text, the log-weight and the finish reason.
+`emit`, `rollback` and `fork` are the only places where they move, for every strategy of the
+decoding loop. Its policy at dead ends, `Backtracker`, moves with it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import NamedTuple
 import torch
 
 from constrain.constraints.budget import Budgeted
+from constrain.decoding.text import DecodedText
 from constrain.engine.matcher import TokenMatcher
 from constrain.models.base import LanguageModel, Stream
 from constrain.processors.bound import BoundStack
@@ -60,6 +61,7 @@ class Sequence:
         self.stream: Stream | None = model.start(stack.prompt_ids)
         self.terms = stack.start_terms()  # the processors' streams (None: reads the main row)
         self.tokens: list[int] = []
+        self.text = DecodedText(model.vocab)  # the tokens' text, decoded as they come
         self.log_weight = 0.0
         self.finish_reason: str | None = None
         self.reason = ""  # why it ended, in words
@@ -133,6 +135,7 @@ class Sequence:
 
     def _append(self, token: int, to_streams: bool = True) -> None:
         self.tokens.append(token)
+        self.text.append(token)
         if to_streams:
             for model, stream in self.streams():
                 model.append(stream, token)
@@ -143,6 +146,7 @@ class Sequence:
             return
         self.matcher.rollback(n)
         del self.tokens[-n:]
+        self.text.truncate(len(self.tokens))
         for model, stream in self.streams():
             model.rollback(stream, n)
 
@@ -154,6 +158,7 @@ class Sequence:
             m.fork(s) if s is not None else None for m, s in zip(self.stack.term_models, self.terms)
         ]
         twin.matcher, twin.tokens = self.matcher.fork(), list(self.tokens)
+        twin.text = self.text.copy()
         twin.stats = copy.deepcopy(self.stats)
         twin.logprobs = dict(self.logprobs)
         twin.backtracker = copy.deepcopy(self.backtracker)

@@ -2,11 +2,15 @@
 
 Every cache in the library is one of these, owned by the object whose lifetime it shares (a
 vocabulary's derived structures, a constraint's masks, a model's prompts), so no cache
-outlives what it describes and none grows without a limit.
+outlives what it describes and none grows without a limit. A server fills them from several
+threads at once (requests compile in worker threads while the scheduler decodes), so every
+operation holds the cache's lock, and `get_or_build` builds each missing value once: a second
+thread asking for a value being built waits for it instead of building it again.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from typing import Generic, TypeVar
@@ -17,12 +21,26 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
+class _Pending:
+    """A value one thread is building, which others wait for."""
+
+    __slots__ = ("done", "value", "failed")
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.value = None
+        self.failed = False
+
+
 class BoundedCache(Generic[K, V]):
     """A map that forgets its least recently used entries beyond `max_entries` (and, with a
     `size` function, beyond `max_bytes` of values; the newest entry is always kept). `hits`
-    and `misses` count the lookups (`get`, `get_or_build`)."""
+    and `misses` count the lookups (`get`, `get_or_build`). Safe to share between threads."""
 
-    __slots__ = ("max_entries", "max_bytes", "_size", "_bytes", "_items", "hits", "misses")
+    __slots__ = (
+        "max_entries", "max_bytes", "_size", "_bytes", "_items", "_lock", "_pending", "hits",
+        "misses",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -40,24 +58,32 @@ class BoundedCache(Generic[K, V]):
         self._size = size
         self._bytes = 0
         self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+        self._pending: dict[K, _Pending] = {}  # values being built by `get_or_build`
         self.hits = self.misses = 0
 
     def get(self, key: K, default: V | None = None) -> V | None:
         """The value under `key` (marked as recently used), or `default`."""
-        items = self._items
-        if key in items:
-            self.hits += 1
-            items.move_to_end(key)
-            return items[key]
-        self.misses += 1
-        return default
+        with self._lock:
+            items = self._items
+            if key in items:
+                self.hits += 1
+                items.move_to_end(key)
+                return items[key]
+            self.misses += 1
+            return default
 
     def __getitem__(self, key: K) -> V:
-        value = self._items[key]
-        self._items.move_to_end(key)
-        return value
+        with self._lock:
+            value = self._items[key]
+            self._items.move_to_end(key)
+            return value
 
     def __setitem__(self, key: K, value: V) -> None:
+        with self._lock:
+            self._put(key, value)
+
+    def _put(self, key: K, value: V) -> None:
         items = self._items
         if self._size is not None:
             if key in items:
@@ -74,28 +100,55 @@ class BoundedCache(Generic[K, V]):
                 self._bytes -= self._size(dropped)
 
     def get_or_build(self, key: K, build: Callable[[], V]) -> V:
-        """The value under `key`, built (and kept) on a miss."""
-        items = self._items
-        if key in items:
-            self.hits += 1
-            items.move_to_end(key)
-            return items[key]
-        self.misses += 1
-        value = build()
-        self[key] = value
-        return value
+        """The value under `key`, built (and kept) on a miss, once: a thread that misses while
+        another builds the same key waits for that value (and builds it itself only if that
+        build failed). `build` runs without the lock held, so it may use the cache."""
+        while True:
+            with self._lock:
+                items = self._items
+                if key in items:
+                    self.hits += 1
+                    items.move_to_end(key)
+                    return items[key]
+                pending = self._pending.get(key)
+                owner = pending is None
+                if owner:
+                    self.misses += 1
+                    pending = self._pending[key] = _Pending()
+            if owner:
+                break
+            pending.done.wait()
+            if not pending.failed:
+                return pending.value
+        try:
+            value = build()
+        except BaseException:
+            pending.failed = True
+            raise
+        else:
+            pending.value = value
+            with self._lock:
+                self._put(key, value)
+            return value
+        finally:
+            with self._lock:
+                del self._pending[key]
+            pending.done.set()
 
     def __contains__(self, key: object) -> bool:
-        return key in self._items
+        with self._lock:
+            return key in self._items
 
     def __len__(self) -> int:
         return len(self._items)
 
     def __iter__(self) -> Iterator[K]:
-        return iter(self._items)
+        with self._lock:
+            return iter(list(self._items))
 
-    def values(self):
-        return self._items.values()
+    def values(self) -> list[V]:
+        with self._lock:
+            return list(self._items.values())
 
     @property
     def bytes(self) -> int:
@@ -103,8 +156,9 @@ class BoundedCache(Generic[K, V]):
         return self._bytes
 
     def clear(self) -> None:
-        self._items.clear()
-        self._bytes = 0
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
 
     def __repr__(self) -> str:
         return f"BoundedCache({len(self)}/{self.max_entries} entries)"

@@ -2,18 +2,19 @@
 
 Every field OpenAI defines is either honoured or refused with a `RequestError` naming it: a
 field is never silently dropped. What OpenAI has no field for travels as extra body fields
-(``extra_body`` in the `openai` client): `regex`, `grammar` (Lark text or a library name),
-`choices`, `sampler` (``"awrs"``, ``"lcd"``, ``"smc"`` with `particles`), `speculative` (true
-or the fields of `cn.Speculative`), `top_k`, `min_p`, `repetition_penalty`,
-`max_reasoning_tokens`, `tool_format`, `json_whitespace`, `timeout`.
+(``extra_body`` in the `openai` client): `regex`, `grammar` (Lark or GBNF text, or a library
+name), `choices`, `sampler` (``"awrs"``, ``"lcd"``, ``"smc"`` with `particles`), `speculative`
+(true or the fields of `cn.Speculative`), `top_k`, `min_p`, `repetition_penalty`,
+`max_reasoning_tokens`, `tool_format`, `json_whitespace`, `stream_partial`, `timeout`; the
+structured-output fields of vLLM and llama.cpp are read as ours (`constrain.serve.conventions`).
+The compiled constraints travel with the `Request`: the scheduler runs them as they are.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
@@ -23,7 +24,9 @@ from constrain.models.base import PromptIds
 from constrain.models.prompts import encode_chat, encode_text, render_chat
 from constrain.options import SMC, DecodingConfig, Speculative
 from constrain.processors.warpers import MinP, RepetitionPenalty, TopK, TopP
+from constrain.serve import conventions
 from constrain.serve import tools as toolbox
+from constrain.serve.conversation import for_template, read_messages
 from constrain.serve.errors import RequestError
 from constrain.serve.sections import AnswerPlan, Calls, Thinking
 
@@ -31,6 +34,7 @@ __all__ = ["Served", "Request", "read_chat", "read_completion"]
 
 # fields accepted and not acted on: they change nothing in the output
 _INFORMATIONAL = {"user", "metadata", "store", "service_tier", "stream_options", "model"}
+_INFORMATIONAL |= conventions.INFORMATIONAL
 # fields accepted only at their default value (no effect), refused otherwise
 _DEFAULT_ONLY = {
     "frequency_penalty": 0,
@@ -44,12 +48,14 @@ _DEFAULT_ONLY = {
 _COMMON = {
     "max_tokens", "temperature", "top_p", "seed", "n", "stop", "stream", "logprobs",
     "response_format", "regex", "grammar", "choices", "sampler", "particles", "speculative",
-    "top_k", "min_p", "repetition_penalty", "json_whitespace", "timeout",
+    "top_k", "min_p", "repetition_penalty", "json_whitespace", "timeout", "stream_partial",
+    *conventions.FIELDS,
 }  # fmt: skip
 _CHAT_ONLY = {
     "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
     "parallel_tool_calls", "max_reasoning_tokens", "tool_format",
 }  # fmt: skip
+_SYNTAX_NAMES = {"lark": "Lark", "gbnf": "GBNF"}
 _THINKING_MARKERS = (("<think>", "</think>"), ("<thinking>", "</thinking>"))
 
 
@@ -84,14 +90,10 @@ class Served:
         return None
 
     @cached_property
-    def tool_format(self) -> toolbox.ToolFormat:
-        """The tool-call format: `tool_format_name` from the registry, else derived from the
-        chat template (read once), else the default."""
-        return toolbox.tool_format(self.tokenizer, self.tool_format_name)
-
-    @cached_property
-    def template_renders_tools(self) -> bool:
-        return toolbox.template_renders_tools(self.tokenizer)
+    def template(self) -> toolbox.TemplateSupport:
+        """What the chat template renders of tool use, and the tool-call format (read once:
+        the template does not change)."""
+        return toolbox.template_support(self.tokenizer, self.tool_format_name)
 
 
 @dataclass
@@ -109,28 +111,31 @@ class Request:
     logprobs: bool = False
     top_logprobs: int = 0
     include_usage: bool = False
+    stream_partial: bool = False  # streamed deltas carry the content's value so far
+    grammar_syntax: str | None = None  # "lark" or "gbnf" when the content is a grammar
+    echo: dict = field(default_factory=dict)  # settings a response repeats (Responses API)
 
 
 def read_chat(body: Mapping, served: Served) -> Request:
     """A chat completions body, read (`RequestError` names what is wrong)."""
     _check_fields(body, _COMMON | _CHAT_ONLY, "chat completions")
-    messages = _messages(body.get("messages"))
+    messages = read_messages(body.get("messages"))
     functions = toolbox.check_tools(body["tools"]) if body.get("tools") else []
     choice = _tool_choice(body.get("tool_choice"), functions)
-    fmt = _format(body, served) if functions else None
-    if functions and choice != "none" and not served.template_renders_tools:
-        system = toolbox.tools_system_prompt(fmt, functions)
-        messages = _with_system(messages, system)
-        tools_arg = None
-    else:
-        tools_arg = body.get("tools") if functions else None
+    support = served.template
+    fmt = _format(body, served)
     if served.model.has_chat_template:
+        messages = for_template(messages, support, fmt)
+        tools_arg = body.get("tools") if functions else None
+        if functions and choice != "none" and not support.tools:
+            messages = _with_system(messages, toolbox.tools_system_prompt(fmt, functions))
+            tools_arg = None
         try:
             ids = encode_chat(served.tokenizer, messages, tools=tools_arg)
         except ConstrainError as exc:
             raise RequestError(str(exc), "messages") from None
     else:
-        text = "\n\n".join(str(m["content"] or "") for m in messages)
+        text = "\n\n".join(m["content"] or "" for m in messages)
         ids = encode_text(served.tokenizer, text)
     max_tokens = _positive_int(
         body, "max_completion_tokens", _positive_int(body, "max_tokens", served.max_tokens)
@@ -154,12 +159,23 @@ def read_chat(body: Mapping, served: Served) -> Request:
     calls = None
     if functions and choice != "none":
         only = choice if choice not in ("auto", "required") else None
-        parallel = bool(body.get("parallel_tool_calls", True))
+        # a named function is one call (as OpenAI answers it)
+        parallel = only is None and _flag(body, "parallel_tool_calls", True)
         schema = toolbox.call_schema(fmt, functions, only=only, parallel=parallel)
-        body_spec = ConstraintSpec(schema=schema, schema_options=_schema_options(body))
+        body_spec = ConstraintSpec(schema=schema, schema_options=conventions.schema_options(body))
         body_constraint = _compile(body_spec, served, "tools")
         calls = Calls(fmt, body_constraint, "auto" if choice == "auto" else "required", parallel)
-    return _request("chat", body, served, PromptIds(tuple(ids)), max_tokens, thinking, calls)
+    request = _request("chat", body, served, PromptIds(tuple(ids)), max_tokens, thinking, calls)
+    if calls is not None and calls.choice == "required":
+        need = request.plan.shortest_call
+        if need > max_tokens:
+            field = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+            raise RequestError(
+                f"{field}={max_tokens} cannot hold a tool call: the shortest call in this "
+                f"format takes {need} tokens (the wrapper and the shortest arguments)",
+                field,
+            )
+    return request
 
 
 def read_completion(body: Mapping, served: Served) -> Request:
@@ -176,8 +192,9 @@ def read_completion(body: Mapping, served: Served) -> Request:
 
 
 def _request(kind, body, served, prompt, max_tokens, thinking, calls) -> Request:
-    content_spec = _content_spec(body)
-    content = _compile(content_spec, served, _constraint_field(body))
+    wanted = conventions.content_constraint(body)
+    content_spec = wanted.spec
+    content = _compile(content_spec, served, wanted.param, wanted.syntax)
     if calls is not None and calls.choice == "auto" and content_spec.kind != "free":
         raise RequestError(
             "tool_choice 'auto' with a constrained content: the answer would have to be "
@@ -217,7 +234,18 @@ def _request(kind, body, served, prompt, max_tokens, thinking, calls) -> Request
     seed = body.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise RequestError(f"seed must be an integer, got {seed!r}", "seed")
-    options = body.get("stream_options") or {}
+    stream = _flag(body, "stream", False)
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, Mapping):
+        raise RequestError("stream_options must be an object", "stream_options")
+    include_usage = _flag(options or {}, "include_usage", False, "stream_options.")
+    partial = _flag(body, "stream_partial", False)
+    if partial and not (stream and content_spec.is_json):
+        raise RequestError(
+            "stream_partial sends the value of JSON content as it grows: it needs stream: true "
+            "and a JSON response_format (json_schema or json_object)",
+            "stream_partial",
+        )
     return Request(
         kind,
         prompt,
@@ -226,10 +254,12 @@ def _request(kind, body, served, prompt, max_tokens, thinking, calls) -> Request
         plan,
         n,
         seed,
-        bool(body.get("stream", False)),
+        stream,
         logprobs,
         top,
-        bool(options.get("include_usage", False)),
+        include_usage,
+        partial,
+        wanted.syntax,
     )
 
 
@@ -245,6 +275,16 @@ def _check_fields(body: Mapping, known: set[str], endpoint: str) -> None:
                 raise RequestError(f"{name} is not supported (only its default)", name)
         elif name not in known and name not in _INFORMATIONAL:
             raise RequestError(f"unknown field {name!r} for {endpoint}", name)
+
+
+def _flag(body: Mapping, name: str, default: bool, prefix: str = "") -> bool:
+    """A boolean field (JSON true or false: the text "false" is not false)."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise RequestError(f"{prefix}{name} must be true or false, got {value!r}", prefix + name)
+    return value
 
 
 def _positive_int(body: Mapping, name: str, default: int) -> int:
@@ -268,61 +308,6 @@ def _number(body: Mapping, name: str, default: float, low: float, high: float) -
     ):
         raise RequestError(f"{name} must be a number in [{low}, {high}], got {value!r}", name)
     return float(value)
-
-
-def _messages(messages) -> list[dict]:
-    """Chat messages with their content as text (text parts joined)."""
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("messages must be a non-empty list", "messages")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
-            raise RequestError(f"message {i} needs a role", f"messages[{i}].role")
-        content = m.get("content")
-        if isinstance(content, list):
-            texts = []
-            for j, part in enumerate(content):
-                if not (isinstance(part, Mapping) and part.get("type") == "text"):
-                    raise RequestError(
-                        "only text content parts are supported", f"messages[{i}].content[{j}]"
-                    )
-                texts.append(str(part.get("text", "")))
-            content = "".join(texts)
-        elif content is not None and not isinstance(content, str):
-            raise RequestError("content must be text", f"messages[{i}].content")
-        if content is None and m["role"] != "assistant":
-            raise RequestError(f"a {m['role']} message needs content", f"messages[{i}].content")
-        message = {**m, "content": content}
-        if content is None and not m.get("tool_calls"):
-            message["content"] = ""
-        out.append(_arguments_as_objects(message, i))
-    return out
-
-
-def _arguments_as_objects(message: dict, i: int) -> dict:
-    """An assistant message's tool calls with their arguments as objects, as templates
-    render them (OpenAI sends them as JSON text)."""
-    calls = message.get("tool_calls")
-    if not calls:
-        return message
-    if not isinstance(calls, list):
-        raise RequestError("tool_calls must be a list", f"messages[{i}].tool_calls")
-    read = []
-    for j, call in enumerate(calls):
-        if not (isinstance(call, Mapping) and isinstance(call.get("function"), Mapping)):
-            raise RequestError(
-                'a tool call is {"id", "type", "function": {"name", "arguments"}}',
-                f"messages[{i}].tool_calls[{j}]",
-            )
-        function = dict(call["function"])
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            try:
-                function["arguments"] = json.loads(arguments)
-            except json.JSONDecodeError:
-                pass
-        read.append({**call, "function": function})
-    return {**message, "tool_calls": read}
 
 
 def _with_system(messages: list[dict], text: str) -> list[dict]:
@@ -350,72 +335,20 @@ def _tool_choice(choice, functions: list[dict]) -> str:
 
 
 def _format(body: Mapping, served: Served) -> toolbox.ToolFormat:
+    """The request's tool-call format: `tool_format` from the registry, else the server's."""
     name = body.get("tool_format")
     if name is None:
-        return served.tool_format
+        return served.template.format
     try:
         return toolbox.tool_format(served.tokenizer, name)
     except ConstrainError as exc:
         raise RequestError(str(exc), "tool_format") from None
 
 
-def _content_spec(body: Mapping) -> ConstraintSpec:
-    """The content's constraint: `response_format`, or one of the extensions."""
-    kinds = {}
-    fmt = body.get("response_format")
-    if fmt is not None:
-        if not isinstance(fmt, Mapping) or fmt.get("type") not in (
-            "text", "json_object", "json_schema",
-        ):  # fmt: skip
-            raise RequestError(
-                "response_format.type must be text, json_object or json_schema",
-                "response_format.type",
-            )
-        if fmt["type"] == "json_object":
-            kinds["schema"] = {"type": "object"}
-        elif fmt["type"] == "json_schema":
-            spec = fmt.get("json_schema")
-            if not isinstance(spec, Mapping) or "schema" not in spec:
-                raise RequestError(
-                    "response_format.json_schema needs a schema",
-                    "response_format.json_schema.schema",
-                )
-            kinds["schema"] = spec["schema"]
-    for name in ("regex", "grammar", "choices"):
-        if body.get(name) is not None:
-            kinds[name] = body[name]
-    if len(kinds) > 1:
-        raise RequestError(
-            f"at most one constraint per request, got {', '.join(sorted(kinds))}",
-            sorted(kinds)[1],
-        )
-    if "choices" in kinds and not (
-        isinstance(kinds["choices"], list) and all(isinstance(c, str) for c in kinds["choices"])
-    ):
-        raise RequestError("choices must be a list of strings", "choices")
-    options = _schema_options(body) if "schema" in kinds else None
-    return ConstraintSpec(**kinds, schema_options=options)
-
-
-def _schema_options(body: Mapping) -> dict:
-    whitespace = body.get("json_whitespace", "default")
-    if whitespace not in ("compact", "default", "pretty"):
-        raise RequestError("json_whitespace must be compact, default or pretty",
-                           "json_whitespace")  # fmt: skip
-    return {"whitespace": whitespace}
-
-
-def _constraint_field(body: Mapping) -> str:
-    fmt = body.get("response_format")
-    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
-        return "response_format.json_schema.schema"
-    return next((k for k in ("regex", "grammar", "choices") if body.get(k) is not None),
-                "response_format")  # fmt: skip
-
-
-def _compile(spec: ConstraintSpec, served: Served, param: str):
+def _compile(spec: ConstraintSpec, served: Served, param: str, syntax: str | None = None):
     """The spec's constraint (cached by content); a bad one is a 400 naming the keyword and
-    JSON pointer (schemas) or position (regexes, grammars)."""
+    JSON pointer (schemas) or position (regexes, grammars; and which syntax a grammar was
+    read in)."""
     try:
         return spec.constraint(served.model.vocab)
     except UnsupportedSchemaError as exc:
@@ -423,7 +356,8 @@ def _compile(spec: ConstraintSpec, served: Served, param: str):
         raise RequestError(str(exc), f"{param}{'' if pointer == '#' else pointer.lstrip('#')}",
                            code="unsupported_schema") from None  # fmt: skip
     except ConstrainError as exc:
-        raise RequestError(str(exc), param) from None
+        read_as = f"{param} read as {_SYNTAX_NAMES[syntax]}: " if syntax else ""
+        raise RequestError(f"{read_as}{exc}", param) from None
 
 
 def _config(body: Mapping, served: Served, max_tokens: int) -> DecodingConfig:
@@ -441,16 +375,27 @@ def _config(body: Mapping, served: Served, max_tokens: int) -> DecodingConfig:
     if body.get("repetition_penalty") is not None:
         processors.append(RepetitionPenalty(_number(body, "repetition_penalty", 1.0, 0.01, 10.0)))
     timeout = _number(body, "timeout", served.timeout, 0.001, served.timeout)
-    return DecodingConfig(
-        sampler=_sampler(body),
-        processors=tuple(processors),
-        max_tokens=max_tokens,
-        temperature=temperature if temperature > 0 else 1.0,
-        greedy=temperature == 0.0,
-        timeout=timeout,
-        speculative=_speculative(body.get("speculative")),
-        chat=False,
-    )
+    sampler = _sampler(body)
+    if isinstance(sampler, SMC) and temperature == 0.0:
+        raise RequestError(
+            "sampler 'smc' draws weighted particles: temperature 0 (greedy) needs a token "
+            "sampler ('awrs' or 'lcd')",
+            "temperature",
+        )
+    try:
+        return DecodingConfig(
+            sampler=sampler,
+            processors=tuple(processors),
+            max_tokens=max_tokens,
+            temperature=temperature if temperature > 0 else 1.0,
+            greedy=temperature == 0.0,
+            timeout=timeout,
+            speculative=_speculative(body.get("speculative")),
+            chat=False,
+        )
+    except ConstrainError as exc:  # a combination of settings: the first field it names
+        named = [name for name in body if name in str(exc)]
+        raise RequestError(str(exc), named[0] if named else "sampler") from None
 
 
 def _sampler(body: Mapping):

@@ -16,7 +16,7 @@ import ctypes
 import gc
 import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from constrain.api import Generator, Run
 from constrain.decoding import Batch, Job
@@ -24,9 +24,10 @@ from constrain.errors import ConstrainError
 from constrain.serve.errors import RequestError
 from constrain.serve.metrics import Metrics
 from constrain.serve.protocol import Request
+from constrain.serve.readout import Choice, ChoiceDelta, Readout
 from constrain.serve.sections import Answer
 
-__all__ = ["Scheduler", "Ticket", "Update"]
+__all__ = ["Choice", "Scheduler", "Ticket", "Update"]
 
 _TRIM_EVERY = 2.0  # seconds between returns of freed heap pages to the system
 
@@ -42,26 +43,13 @@ def _heap_trimmer():
 
 @dataclass
 class Update:
-    """What a request's client learns after a step: per choice, the new reasoning and content
-    text; `done` with the finished choices (`Choice`) or an `error`."""
+    """What a request's client learns after a step: per choice, what it added (`ChoiceDelta`:
+    reasoning, content, tool calls); `done` with the finished choices (`Choice`) or an
+    `error`."""
 
-    reasoning: dict[int, str] = field(default_factory=dict)
-    content: dict[int, str] = field(default_factory=dict)
-    done: list | None = None
+    deltas: dict[int, ChoiceDelta] = field(default_factory=dict)
+    done: list[Choice] | None = None
     error: Exception | None = None
-
-
-@dataclass
-class Choice:
-    """One finished answer."""
-
-    index: int
-    reasoning: str | None
-    content: str | None
-    bodies: list[str]
-    finish_reason: str
-    logprobs: list  # `TokenLogprob`s of the content's tokens
-    tokens: int  # completion tokens
 
 
 class Ticket:
@@ -75,9 +63,7 @@ class Ticket:
         self.submitted = time.perf_counter()
         self.job: Job | None = None
         self.run: Run | None = None
-        self.answers: list[Answer] = []
-        self.sent_reasoning: list[int] = []  # characters of each choice's text sent so far
-        self.sent_content: list[int] = []
+        self.readouts: list[Readout] = []  # one per choice (token samplers)
         self.prompt_tokens = len(request.prompt.ids)
         self.first_token_at: float | None = None
         self.cancelled = False
@@ -179,7 +165,7 @@ class Scheduler:
             return
         r = ticket.request
         try:
-            generator = Generator(self.model, config=r.config, **_constraint(r))
+            generator = Generator.compiled(self.model, r.spec, r.plan.content, r.config)
             run = generator.start([r.prompt] * r.n, r.seed)
         except ConstrainError as exc:  # the prompt does not fit in the context, say
             ticket.send(Update(error=RequestError(str(exc), "messages")))
@@ -190,12 +176,12 @@ class Scheduler:
             self.metrics.failed += 1
             return
         ticket.run = run
-        ticket.answers = [Answer(r.plan) for _ in range(r.n)]
         if r.config.token_samples:  # SMC keeps its particles as they are
-            for s, answer in zip(run.sequences, ticket.answers):
+            for s in run.sequences:
+                answer = Answer(r.plan)
                 answer.begin(s)
+                ticket.readouts.append(Readout(answer, partial=r.stream_partial))
                 s.top_logprobs = r.top_logprobs if r.logprobs else None
-        ticket.sent_reasoning, ticket.sent_content = [0] * r.n, [0] * r.n
         ticket.job = run.job()
         if ticket.cancelled:
             ticket.job.cancel("the client went away")
@@ -211,9 +197,8 @@ class Scheduler:
         for ticket in list(self.running):
             job = ticket.job
             smc = not ticket.request.config.token_samples
-            if not smc:
-                for s, answer in zip(job.sequences, ticket.answers):
-                    answer.after_step(s)
+            for s, readout in zip(job.sequences, ticket.readouts):
+                readout.answer.after_step(s)
             if ticket.first_token_at is None and any(s.tokens for s in job.sequences):
                 ticket.first_token_at = time.perf_counter()
                 self.metrics.observe_ttft(ticket.first_token_at - ticket.submitted)
@@ -223,24 +208,12 @@ class Scheduler:
                 ticket.send(self._deltas(ticket, final=False))
 
     def _deltas(self, ticket: Ticket, final: bool) -> Update:
-        """The text each choice has added since the last update (while running, the tail
-        that may still change is held back: a partial character, a stop string's start, a
-        thinking marker's start)."""
+        """What each choice has added since the last update."""
         update = Update()
-        for i, (s, answer) in enumerate(zip(ticket.job.sequences, ticket.answers)):
-            thought = answer.thought(s.tokens) if answer.plan.thinking else None
-            if thought is not None and answer.section == "thinking" and not final:
-                thought = _held(thought, len(answer.plan.thinking.close))
-            if thought and len(thought) > ticket.sent_reasoning[i]:
-                update.reasoning[i] = thought[ticket.sent_reasoning[i] :]
-                ticket.sent_reasoning[i] = len(thought)
-            content = answer.content(s.tokens)
-            if content is not None and not final:
-                hold = max((len(x) for x in answer.plan.stops), default=1) - 1
-                content = _held(content, hold)
-            if content and len(content) > ticket.sent_content[i]:
-                update.content[i] = content[ticket.sent_content[i] :]
-                ticket.sent_content[i] = len(content)
+        for i, (s, readout) in enumerate(zip(ticket.job.sequences, ticket.readouts)):
+            delta = readout.delta(s, final)
+            if delta:
+                update.deltas[i] = delta
         return update
 
     def _complete(self, ticket: Ticket) -> None:
@@ -250,61 +223,39 @@ class Scheduler:
         job, r = ticket.job, ticket.request
         if not job.ended:
             job.cancel("finished")  # every sequence has ended: the job leaves at the next step
+        token_samples = r.config.token_samples
+        update = self._deltas(ticket, final=True) if r.stream and token_samples else Update()
         try:
-            choices = self._choices(ticket)
+            update.done = self._choices(ticket)
         except ConstrainError as exc:
             ticket.send(Update(error=RequestError(str(exc), status=500, code="dead_end")))
             self.metrics.failed += 1
             return
-        update = Update()
-        if r.stream and r.config.token_samples:
-            update = self._deltas(ticket, final=True)
-        elif r.stream:  # SMC: the chosen particle's text arrives whole
-            update.content = {c.index: c.content for c in choices if c.content}
-        update.done = choices
+        if r.stream and not token_samples:  # SMC: the chosen particle's text arrives whole
+            update.deltas = {c.index: ChoiceDelta(content=c.content) for c in update.done}
         ticket.send(update)
         self.metrics.completed += 1
         self.untrimmed = True
         self._trim(idle=False)
         self.metrics.observe_request(time.perf_counter() - ticket.submitted,
-                                     sum(c.tokens for c in choices),
+                                     sum(c.tokens for c in update.done),
                                      job.strategy.stats.constraint_s)  # fmt: skip
 
     def _choices(self, ticket: Ticket) -> list[Choice]:
         run, r = ticket.run, ticket.request
         if not r.config.token_samples:  # SMC: a particle drawn by weight per choice
             return [
-                Choice(
-                    i, None, res.text, [], _reason(res.finish_reason, False), [], len(res.tokens)
-                )  # fmt: skip
+                Choice(i, None, res.text, [], _reason(res.finish_reason, False), [],
+                       len(res.tokens))
                 for i, res in enumerate(run.results())
-            ]
+            ]  # fmt: skip
         out = []
-        for i, (s, answer) in enumerate(zip(ticket.job.sequences, ticket.answers)):
+        for i, (s, readout) in enumerate(zip(ticket.job.sequences, ticket.readouts)):
             if s.finish_reason == "dead":
                 run.results()  # raises the ConstrainError that says why
-            content = answer.content(s.tokens)
-            logprobs = [
-                lp for k, lp in enumerate(s.token_logprobs())
-                if answer.content_start is not None and k >= answer.content_start
-            ]  # fmt: skip
-            out.append(
-                Choice(
-                    i,
-                    answer.thought(s.tokens),
-                    content,
-                    answer.bodies(s.tokens),
-                    _reason(s.finish_reason, bool(answer.call_spans)),
-                    logprobs,
-                    len(s.tokens),
-                )
-            )
+            reason = _reason(s.finish_reason, bool(readout.answer.call_spans))
+            out.append(readout.choice(s, i, reason))
         return out
-
-
-def _constraint(r: Request) -> dict:
-    """The request's constraint as `Generator`'s options (the spec's fields that are set)."""
-    return {f.name: v for f in fields(r.spec) if (v := getattr(r.spec, f.name)) is not None}
 
 
 def _reason(finish_reason: str | None, calls: bool) -> str:
@@ -312,9 +263,3 @@ def _reason(finish_reason: str | None, calls: bool) -> str:
     if finish_reason in ("length", "timeout"):
         return "length"
     return "tool_calls" if calls else "stop"
-
-
-def _held(text: str, hold: int) -> str:
-    """`text` without its last `hold` characters and any partial character at its end."""
-    text = text.rstrip("\ufffd")
-    return text[: len(text) - hold] if hold > 0 else text

@@ -13,12 +13,24 @@ around a call, the text that starts a call under ``tool_choice="auto"`` (its tri
 wrapper's opening, or ``{`` for formats without one). With ``"auto"`` the model first writes
 under a regex that admits the trigger or any text not starting with it; the first characters
 decide between a call and content.
+
+The whole answer fits in `max_tokens`: each section's matcher gets the tokens left as its
+budget, less what must still follow it, so the budget that closes JSON closes the list of
+calls too. A call body is written only where it fits (another call is offered only when the
+tokens left hold the wrapper and the shortest call), and an answer cut anyway (the shortest
+call longer than `max_tokens`) keeps its cut call, reported with finish reason "length". A
+call identical to an earlier one of the same answer (the same function with the same
+arguments: the same work again) ends the answer instead of joining it.
+Stop strings end the content only where the text before them is complete in the content's
+constraint, so a stop never returns invalid constrained output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from constrain.constraints import Constraint, ConstraintSpec
 from constrain.decoding import Sequence as Generation
@@ -67,7 +79,7 @@ class Thinking:
     opened_by_prompt: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Calls:
     """Tool calls in `format`: `body` constrains one call's JSON (for a list body, all calls);
     `choice` is "auto" (the model chooses text or calls) or "required" (a call is forced)."""
@@ -81,6 +93,12 @@ class Calls:
     def trigger(self) -> str:
         """The text that starts a call: the wrapper's opening, else the body's ``{``/``[``."""
         return self.format.open or ("[" if self.format.list_body else "{")
+
+    @cached_property
+    def shortest_body(self) -> int:
+        """Tokens of the shortest call body (planned once per request)."""
+        shortest = self.body.shortest_tokens()
+        return shortest if shortest is not None else 1
 
 
 @dataclass(frozen=True)
@@ -100,6 +118,24 @@ class AnswerPlan:
         """The (vocabulary-cached) constraint of a section's regex."""
         return ConstraintSpec(regex=regex).constraint(self.vocab)
 
+    @cached_property
+    def shortest_call(self) -> int:
+        """Tokens of the shortest call: the wrapper's opening and the shortest body."""
+        return len(self.encode(self.calls.format.open)) + self.calls.shortest_body
+
+    @cached_property
+    def thinking_close(self) -> list[int]:
+        """The tokens of the thinking's end marker, as the server writes it."""
+        return self.encode(self.thinking.close)
+
+    @cached_property
+    def after_thinking(self) -> int:
+        """Tokens the answer needs at least after its thinking: the thinking ends early
+        enough to leave them."""
+        if self.calls is not None:
+            return self.shortest_call if self.calls.choice == "required" else 0
+        return self.content.shortest_tokens() or 0
+
 
 @dataclass
 class Answer:
@@ -110,9 +146,12 @@ class Answer:
     section: str = "content"  # "thinking", "deciding", "content", "call", "next_call", "done"
     thinking_span: tuple[int, int] | None = None  # the thought, markers excluded
     content_start: int | None = None
-    call_spans: list[tuple[int, int]] = field(default_factory=list)
+    call_spans: list[tuple[int, int]] = field(default_factory=list)  # finished call bodies
+    cut_call: tuple[int, int] | None = None  # a call body the answer ended inside
+    repeated_calls: int = 0  # calls identical to an earlier one, left out
     section_start: int = 0
     stopped_at: int | None = None  # content characters kept before a stop string
+    scanned: int = 0  # characters of the section searched for its end marker or a stop
 
     # -- the sections -----------------------------------------------------------------------
 
@@ -132,26 +171,44 @@ class Answer:
             self._enter(s, "content", forced, self.plan.content)
         elif calls.choice == "required":
             self._enter(s, "call", forced + self.plan.encode(calls.format.open), calls.body)
+        elif len(s.tokens) + len(forced) + self.plan.shortest_call > self.plan.max_tokens:
+            self._enter(s, "content", forced, self.plan.content)  # no call fits: text
         else:
             trigger = regex_literal(calls.trigger)
             deciding = self.plan.constraint(f"{trigger}|{not_starting_with(calls.trigger)}")
             self._enter(s, "deciding", forced, deciding, budget=False)
 
     def _enter(
-        self, s: Generation, section: str, forced: list[int], constraint, budget: bool = True
+        self,
+        s: Generation,
+        section: str,
+        forced: list[int],
+        constraint: Constraint,
+        budget: bool = True,
+        reserve: int = 0,
     ) -> None:
-        left = self.plan.max_tokens - len(s.tokens) - len(forced)
+        """Continue `s` in `section` after the `forced` tokens, under `constraint`: with a
+        `budget`, of the tokens left less `reserve` (what must still follow)."""
+        left = self.plan.max_tokens - len(s.tokens) - len(forced) - reserve
         matcher = constraint.start(max(left, 0) if budget and self.plan.budget else None)
         s.force(forced, matcher)
-        self.section, self.section_start = section, len(s.tokens)
+        self._at(s, section, len(s.tokens))
+
+    def _at(self, s: Generation, section: str, start: int) -> None:
+        self.section, self.section_start = section, start
+        self.scanned = s.text.offset(start)
         if section == "content":
-            self.content_start = len(s.tokens)
+            self.content_start = start
 
     def after_step(self, s: Generation) -> None:
         """Move `s` on to its next section where its text has reached one."""
         if not s.running:
-            if self.section == "call" and s.matcher.accepting():
-                self.call_spans.append((self.section_start, len(s.tokens)))
+            if self.section == "call":
+                span = (self.section_start, len(s.tokens))
+                if s.matcher.accepting():
+                    self.call_spans.append(span)
+                else:
+                    self.cut_call = span
             elif self.section == "deciding":  # ended before a call began: its text is content
                 self.content_start = self.section_start
             self.section = "done"
@@ -160,26 +217,28 @@ class Answer:
         handler(s)
 
     def _in_thinking(self, s: Generation) -> None:
-        p, thinking = self.plan, self.plan.thinking
-        text = self._section_text(s)
-        end = text.find(thinking.close)
-        if end < 0 and len(s.tokens) - self.section_start < thinking.max_tokens:
+        p, close = self.plan, self.plan.thinking.close
+        start = max(self.scanned - len(close) + 1, s.text.offset(self.section_start))
+        end = s.text.find(close, start)
+        self.scanned = s.text.chars
+        thought = len(s.tokens) - self.section_start
+        left = p.max_tokens - len(s.tokens) - len(p.thinking_close)
+        if end < 0 and thought < p.thinking.max_tokens and left > p.after_thinking:
             return
-        if end >= 0 and not text.endswith(thinking.close):  # the last token ran past it
+        if end >= 0 and end + len(close) < s.text.chars:  # the last token ran past the marker
+            last = s.text.offset(len(s.tokens) - 1)
+            closing = p.encode(s.text.between(last, end + len(close)))
             s.rollback(1)
-            done = self._section_text(s)
-            closing = p.encode(text[len(done) : end + len(thinking.close)])
         elif end >= 0:
             closing = []
-        else:  # out of thinking tokens: the marker is written for the model
-            closing = p.encode(thinking.close)
-        start = self.section_start
-        self.thinking_span = (start, len(s.tokens) + len(closing))
+        else:  # out of thinking tokens (or of tokens for the answer): the marker is written
+            closing = p.thinking_close
+        self.thinking_span = (self.section_start, len(s.tokens) + len(closing))
         self._after_thinking(s, closing)
 
     def _in_deciding(self, s: Generation) -> None:
         calls = self.plan.calls
-        text = self._section_text(s)
+        text = s.text.text(self.section_start)
         if text == calls.trigger:
             # without a wrapper the trigger is the body's first character: the body has begun
             start = len(s.tokens) if calls.format.open else self.section_start
@@ -188,70 +247,90 @@ class Answer:
             for token in s.tokens[start:]:
                 matcher.advance(token)
             s.force([], matcher)
-            self.section, self.section_start = "call", start
+            self._at(s, "call", start)
         elif not calls.trigger.startswith(text):
-            self.section, self.content_start = "content", self.section_start
+            self._at(s, "content", self.section_start)
             self._in_content(s)
 
     def _in_content(self, s: Generation) -> None:
-        if not self.plan.stops:
+        """End the content at the first stop string after which the text before it is
+        complete in the content's constraint (free text always is)."""
+        stops = self.plan.stops
+        if not stops:
             return
-        text = self.plan.vocab.decode(s.tokens[self.content_start :])
-        found = [i for i in (text.find(stop) for stop in self.plan.stops) if i >= 0]
-        if found:
-            self.stopped_at = min(found)
-            s.finish("stop")
-            self.section = "done"
+        base, scanned = s.text.offset(self.content_start), self.scanned
+        start = max(base, scanned - max(len(stop) for stop in stops) + 1)
+        window = s.text.between(start)
+        self.scanned = s.text.chars
+        hits = sorted(  # the occurrences not seen whole before
+            start + i for stop in stops for i in _occurrences(window, stop)
+            if start + i + len(stop) > scanned
+        )  # fmt: skip
+        grammar = self.plan.content.grammar
+        for at in hits:
+            kept = s.text.between(base, at)
+            if grammar.matches(kept):
+                self.stopped_at = at - base
+                s.finish("stop")
+                self.section = "done"
+                return
 
     def _in_call(self, s: Generation) -> None:
         calls = self.plan.calls
         if not s.matcher.done():
             return
-        self.call_spans.append((self.section_start, len(s.tokens)))
-        if calls.format.list_body or not calls.parallel:
+        span = (self.section_start, len(s.tokens))
+        if self._repeats_a_call(s, span):  # the same work again: the answer ends before it
+            self.repeated_calls += 1
             s.finish("tool_calls")
             self.section = "done"
             return
+        self.call_spans.append(span)
         f = calls.format
+        if f.list_body or not calls.parallel or not self._another_call_fits(s):
+            s.finish("tool_calls")
+            self.section = "done"
+            return
         more = self.plan.constraint(
             f"{regex_literal(f.close)}(?:{regex_literal(f.separator + f.open)})?"
         )
-        self._enter(s, "next_call", [], more, budget=False)
+        self._enter(s, "next_call", [], more, reserve=calls.shortest_body)
+
+    def _repeats_a_call(self, s: Generation, span: tuple[int, int]) -> bool:
+        """Whether the call body at `span` is, as JSON, one the answer has made already."""
+        if not self.call_spans:
+            return False
+        body = json.loads(s.text.text(*span))
+        return any(json.loads(s.text.text(a, b)) == body for a, b in self.call_spans)
+
+    def _another_call_fits(self, s: Generation) -> bool:
+        """Whether the tokens left hold the wrapper between two calls and the shortest call."""
+        f, calls = self.plan.calls.format, self.plan.calls
+        wrapper = self.plan.constraint(regex_literal(f.close + f.separator + f.open))
+        need = (wrapper.shortest_tokens() or 0) + calls.shortest_body
+        return len(s.tokens) + need <= self.plan.max_tokens
 
     def _in_next_call(self, s: Generation) -> None:
         f = self.plan.calls.format
-        if self._section_text(s) == f.close + f.separator + f.open:
+        if s.text.text(self.section_start) == f.close + f.separator + f.open:
             self._enter(s, "call", [], self.plan.calls.body)
-
-    def _section_text(self, s: Generation) -> str:
-        return self.plan.vocab.decode(s.tokens[self.section_start :])
 
     # -- the texts --------------------------------------------------------------------------
 
-    def thought(self, tokens: Sequence[int]) -> str | None:
-        """The thinking text, without its markers (None: no thinking section)."""
-        if self.thinking_span is None:
-            if self.section == "thinking" or (self.plan.thinking and self.section == "done"):
-                return self._strip_markers(self.plan.vocab.decode(tokens[self.section_start :]))
-            return None
-        a, b = self.thinking_span
-        return self._strip_markers(self.plan.vocab.decode(tokens[a:b]))
+    def bodies(self, s: Generation) -> list[tuple[str, bool]]:
+        """The call bodies so far: (text, whether it is finished); a body being written or
+        cut comes last."""
+        spans = [(a, b, True) for a, b in self.call_spans]
+        if self.cut_call is not None:
+            spans.append((*self.cut_call, False))
+        elif self.section == "call":
+            spans.append((self.section_start, len(s.tokens), False))
+        return [(s.text.text(a, b), done) for a, b, done in spans]
 
-    def _strip_markers(self, text: str) -> str:
-        t = self.plan.thinking
-        if text.startswith(t.open):
-            text = text[len(t.open) :]
-        if text.endswith(t.close):
-            text = text[: -len(t.close)]
-        return text.strip()
 
-    def content(self, tokens: Sequence[int]) -> str | None:
-        """The content text (None: the answer is tool calls only)."""
-        if self.content_start is None:
-            return None
-        text = self.plan.vocab.decode(tokens[self.content_start :])
-        return text[: self.stopped_at] if self.stopped_at is not None else text
-
-    def bodies(self, tokens: Sequence[int]) -> list[str]:
-        """The texts of the finished call bodies."""
-        return [self.plan.vocab.decode(tokens[a:b]) for a, b in self.call_spans]
+def _occurrences(text: str, needle: str):
+    """The start of every occurrence of `needle` in `text` (overlapping ones too)."""
+    at = text.find(needle)
+    while at >= 0:
+        yield at
+        at = text.find(needle, at + 1)

@@ -14,9 +14,10 @@ end of the turn) is `close`. `KNOWN_FORMATS` holds the families' formats for tem
 render no tool calls, and `DEFAULT_FORMAT` (Hermes) is the fallback of last resort.
 
 `check_tools` validates a request's ``tools``; `call_schema` is the JSON Schema a call body
-must match (the constraint on generation); `parse_calls` turns generated bodies into OpenAI
-``tool_calls``; `tools_system_prompt` describes the tools in a system message for templates
-that do not take ``tools`` themselves (`template_renders_tools`).
+must match (the constraint on generation); `write_calls` writes calls as the model would;
+`tools_system_prompt` describes the tools in a system message for templates that do not take
+``tools`` themselves; `template_support` says what a template renders of tool use (the tools,
+earlier calls, their results).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,14 +35,17 @@ from constrain.serve.errors import RequestError
 __all__ = [
     "DEFAULT_FORMAT",
     "KNOWN_FORMATS",
+    "CallStyle",
+    "TemplateSupport",
     "ToolFormat",
     "call_schema",
     "check_tools",
     "derive_format",
-    "parse_calls",
     "template_renders_tools",
+    "template_support",
     "tool_format",
     "tools_system_prompt",
+    "write_calls",
 ]
 
 
@@ -318,6 +321,12 @@ def derive_format(tokenizer) -> ToolFormat | None:
     differ in what they accept; a template that raises on every variant gives None. A template
     that renders one call per turn gives the separator of the known format with the same
     wrapper (else a newline)."""
+    found = _derived(tokenizer)
+    return found[0] if found is not None else None
+
+
+def _derived(tokenizer) -> tuple[ToolFormat, _Variant] | None:
+    """The derived format and the variant of the probe turn the template rendered it from."""
     probe = _open_probe(tokenizer)
     if probe is None:
         return None
@@ -325,7 +334,7 @@ def derive_format(tokenizer) -> ToolFormat | None:
     for variant in _VARIANTS:
         fmt = _derive_with(probe, variant, end)
         if fmt is not None:
-            return fmt
+            return fmt, variant
     return None
 
 
@@ -347,6 +356,72 @@ def template_renders_tools(tokenizer) -> bool:
         return False
     text = _render(tokenizer, [_USER], _PROBE_TOOLS, True)
     return text is not None and _CALLS[0][0] in text
+
+
+@dataclass(frozen=True)
+class CallStyle:
+    """How a chat template takes an assistant message's tool calls (the probe variant it
+    rendered): the arguments as JSON text or as an object, the content beside the calls
+    ("" or None), and whether call ids must be 9 letters and digits (Mistral's templates)."""
+
+    arguments_as_text: bool
+    content: str | None
+    short_ids: bool
+
+
+@dataclass(frozen=True)
+class TemplateSupport:
+    """What a chat template renders of tool use, found by rendering probe conversations.
+
+    Attributes:
+        format: the tool-call format (`tool_format`: named, else derived, else the default).
+        tools: the template writes the tools' definitions (else a system message describes
+            them: `tools_system_prompt`).
+        calls: how it takes an assistant's earlier calls; None when it renders none (they
+            are then written into the assistant's text in `format`).
+        results: it renders a tool message's content (else results go back as user text).
+    """
+
+    format: ToolFormat
+    tools: bool
+    calls: CallStyle | None
+    results: bool
+
+
+_RESULT = "PROBE_RESULT"
+
+
+def _renders_results(tokenizer, variant: _Variant | None) -> bool:
+    """Whether the template renders a tool message's content after an assistant's call (made
+    as `variant`, or written as text when the template renders no calls)."""
+    if variant is not None:
+        assistant = _assistant(variant, 1)
+        ident = variant.ids[0]
+    else:
+        assistant, ident = {"role": "assistant", "content": _ANSWER}, _IDS[0][0]
+    result = {"role": "tool", "tool_call_id": ident, "name": _CALLS[0][0], "content": _RESULT}
+    for tools in (_PROBE_TOOLS, None):
+        text = _render(tokenizer, [_USER, assistant, result], tools, True)
+        if text is not None:
+            return _RESULT in text
+    return False
+
+
+def template_support(tokenizer, format_name: str | None = None) -> TemplateSupport:
+    """What `tokenizer`'s chat template renders of tool use (see `TemplateSupport`);
+    `format_name` forces a registry format (`tool_format`)."""
+    found = _derived(tokenizer)
+    variant = found[1] if found is not None else None
+    calls = None
+    if variant is not None:
+        calls = CallStyle(variant.arguments_as_text, variant.content, variant.ids == _IDS[1])
+    if format_name is not None:
+        fmt = tool_format(tokenizer, format_name)
+    else:
+        fmt = found[0] if found is not None else DEFAULT_FORMAT
+    return TemplateSupport(
+        fmt, template_renders_tools(tokenizer), calls, _renders_results(tokenizer, variant)
+    )
 
 
 # -- requests: the tools, their schema, the calls -----------------------------------------
@@ -460,7 +535,8 @@ def call_schema(
 
     A call is an object with, in order, the constants (as "const"), `name_key` (const the
     function name) and `args_key` (the function's parameters schema), all required, no other
-    keys; several functions give an "anyOf" of one such object per function.
+    keys; several functions give an "anyOf" of one such object per function; a list body's
+    calls are unique.
 
     Args:
         fmt: the tool-call format.
@@ -483,57 +559,11 @@ def call_schema(
     if not fmt.list_body:
         return schema
     listed: dict = {"type": "array", "items": schema, "minItems": 1}
-    if not parallel:
+    if parallel:
+        listed["uniqueItems"] = True  # a call made twice is the same work twice
+    else:
         listed["maxItems"] = 1
     return listed
-
-
-def _new_call_id() -> str:
-    """A fresh OpenAI-style tool call id: "call_" and 24 random hex digits."""
-    return "call_" + secrets.token_hex(12)
-
-
-def _openai_call(call: Any, fmt: ToolFormat) -> dict:
-    """One call body (parsed) as an OpenAI ``tool_calls`` item."""
-    if not (isinstance(call, Mapping) and isinstance(call.get(fmt.name_key), str)):
-        raise RequestError(
-            f"the model wrote a tool call without a {fmt.name_key!r} string: {call!r}",
-            status=500,
-        )
-    args = call.get(fmt.args_key, {})
-    text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-    return {
-        "id": _new_call_id(),
-        "type": "function",
-        "function": {"name": call[fmt.name_key], "arguments": text},
-    }
-
-
-def _parse_body(body: str) -> Any:
-    """The JSON value of a generated body."""
-    try:
-        return json.loads(body)
-    except ValueError as exc:
-        message = f"the model wrote a tool call that is not JSON: {exc}"
-        raise RequestError(message, status=500) from exc
-
-
-def parse_calls(bodies: list[str], fmt: ToolFormat) -> list[dict]:
-    """OpenAI `tool_calls` from generated body texts (for `list_body`, each body is a whole
-    list): [{"id": "call_<24 random hex>", "type": "function", "function": {"name": ...,
-    "arguments": <JSON text of the arguments>}}].
-
-    Raises:
-        RequestError: (status 500) a body is not a call in `fmt`, which constrained decoding
-            rules out unless generation stopped early.
-    """
-    calls: list[dict] = []
-    for body in bodies:
-        value = _parse_body(body)
-        if fmt.list_body and not isinstance(value, list):
-            raise RequestError("the model wrote a tool-call list that is not a list", status=500)
-        calls += [_openai_call(call, fmt) for call in (value if fmt.list_body else [value])]
-    return calls
 
 
 # -- describing the tools in a system message ----------------------------------------------
@@ -567,13 +597,25 @@ def _example_object(schema: Mapping) -> dict:
     return {name: _example_value(properties[name]) for name in names or list(properties)}
 
 
+def write_calls(fmt: ToolFormat, calls: list[tuple[str, Any]]) -> str:
+    """The text of calls ((name, arguments) pairs) written in `fmt`, as the model writes them:
+    ``open + body + close`` per call joined by the separator, or one list of bodies."""
+    bodies = []
+    for name, arguments in calls:
+        body: dict = dict(fmt.constants)
+        body[fmt.name_key] = name
+        body[fmt.args_key] = arguments
+        bodies.append(body)
+    if fmt.list_body:
+        return fmt.open + json.dumps(bodies, ensure_ascii=False) + fmt.close
+    blocks = [fmt.open + json.dumps(body, ensure_ascii=False) + fmt.close for body in bodies]
+    return fmt.separator.join(blocks)
+
+
 def _example_call(fmt: ToolFormat, function: dict) -> str:
     """A call to `function` written in `fmt`, with example arguments."""
-    body: dict = dict(fmt.constants)
-    body[fmt.name_key] = function["name"]
-    body[fmt.args_key] = _example_value(function.get("parameters", _EMPTY_PARAMETERS)) or {}
-    text = json.dumps([body] if fmt.list_body else body, ensure_ascii=False)
-    return fmt.open + text + fmt.close
+    arguments = _example_value(function.get("parameters", _EMPTY_PARAMETERS)) or {}
+    return write_calls(fmt, [(function["name"], arguments)])
 
 
 def _several_calls(fmt: ToolFormat) -> str:
