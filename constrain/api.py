@@ -80,6 +80,7 @@ class Generator:
         it on with the request)."""
         generator = cls.__new__(cls)
         generator._bind(model, spec, constraint, _config(config, {}), 0.0)
+        generator._budget_checked = True  # a server answers "length" itself, no warning
         return generator
 
     def _bind(self, model, spec, constraint, config: DecodingConfig, compile_s: float) -> None:

@@ -87,6 +87,7 @@ def content_constraint(body: Mapping) -> ContentConstraint:
         RequestError: two constraints, a malformed one, or a field we cannot honour, each
             naming its field.
     """
+    options = schema_options(body)  # checked whatever the constraint
     found: list[tuple[str, str, Any]] = []  # (param, kind, value)
     _response_format(body.get("response_format"), found)
     for name in ("regex", "grammar", "choices"):
@@ -121,7 +122,7 @@ def content_constraint(body: Mapping) -> ContentConstraint:
         return ContentConstraint(ConstraintSpec(**{kind: value}), param, syntax)
     if _option(body, "disable_additional_properties") is True:
         value = closed(value)
-    spec = ConstraintSpec(schema=value, schema_options=schema_options(body))
+    spec = ConstraintSpec(schema=value, schema_options=options)
     return ContentConstraint(spec, param)
 
 
