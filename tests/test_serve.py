@@ -268,6 +268,19 @@ def test_tool_calls_in_each_family_format(smollm, family):
                 )
             if r.choices[0].finish_reason != "length":
                 assert r.choices[0].finish_reason == "tool_calls"
+        # streamed: the argument deltas join to the non-streamed calls (ids from the deltas)
+        kwargs = dict(model=NAME, messages=ask, tools=TOOLS, tool_choice="required",
+                      max_tokens=56, temperature=0)  # fmt: skip
+        whole = c.chat.completions.create(**kwargs).choices[0].message.tool_calls
+        calls: dict[int, list] = {}
+        for chunk in c.chat.completions.create(stream=True, **kwargs):
+            for d in chunk.choices[0].delta.tool_calls or []:
+                got = calls.setdefault(d.index, [d.id, d.function.name, ""])
+                got[2] += d.function.arguments or ""
+        assert [(n, a) for _, n, a in calls.values()] == [
+            (t.function.name, t.function.arguments) for t in whole
+        ], family
+        assert all(i.startswith("call_") for i, _, _ in calls.values())
         # auto: text or calls, whichever the model starts, each well formed
         for seed in range(3):
             r = c.chat.completions.create(
@@ -329,7 +342,7 @@ def test_thinking_template_returns_reasoning_and_valid_content(smollm):
         thought = "".join(
             (ch.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for ch in chunks
         )
-        assert thought.strip() == reasoning
+        assert thought == reasoning  # the deltas join to exactly the whole answer's
         with pytest.raises(openai.BadRequestError) as err:
             c.chat.completions.create(
                 model=NAME, messages=ASK_PERSON, max_tokens=20,

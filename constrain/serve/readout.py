@@ -197,8 +197,8 @@ class Readout:
             return []
         fmt = plan.format
         calls = []
-        for k, (text, done) in enumerate(self.answer.bodies(s)):
-            body = self._body(k, text, done or final)
+        for k, (start, end, done) in enumerate(self.answer.bodies(s)):
+            body = self._body(k, s, start, end, done or final)
             value = body.value()
             if fmt.list_body:
                 items = value if isinstance(value, list) else []
@@ -214,16 +214,26 @@ class Readout:
                 calls.append((name if isinstance(name, str) else None, body.raw((*path, fmt.args_key))))
         return calls
 
-    def _body(self, k: int, text: str, ended: bool) -> PartialJSON:
-        """The reading of call body `k`, brought up to `text`."""
-        if k == len(self.bodies) or not text.startswith(self.bodies[k].text):
-            body = PartialJSON()  # new (or rolled back: read again)
-            self.bodies[k:] = [body]
+    def _body(self, k: int, s: Generation, start: int, end: int, ended: bool) -> PartialJSON:
+        """The reading of call body `k` (tokens `start` to `end`), fed what it has not read."""
+        if k < len(self.bodies) and self.bodies[k].complete:
+            return self.bodies[k]  # read to its end already
+        first, last = s.text.offset(start), s.text.offset(end)
+        if k == len(self.bodies) or not self._still_reads(self.bodies[k], s, first, last):
+            self.bodies[k:] = [PartialJSON()]  # new, or rolled back: read again
         body = self.bodies[k]
-        body.feed(text[len(body.text) :])
+        body.feed(s.text.between(first + len(body.text), last))
         if ended:
             body.finish()
         return body
+
+    @staticmethod
+    def _still_reads(body: PartialJSON, s: Generation, first: int, last: int) -> bool:
+        """Whether the text still holds what `body` has read (a backtrack undoes at most
+        64 tokens, so its tail tells)."""
+        read = first + len(body.text)
+        tail = body.text[-256:]
+        return read <= last and s.text.between(read - len(tail), read) == tail
 
     # -- the whole answer ---------------------------------------------------------------
 

@@ -317,15 +317,15 @@ class Answer:
 
     # -- the texts --------------------------------------------------------------------------
 
-    def bodies(self, s: Generation) -> list[tuple[str, bool]]:
-        """The call bodies so far: (text, whether it is finished); a body being written or
-        cut comes last."""
+    def bodies(self, s: Generation) -> list[tuple[int, int, bool]]:
+        """The call bodies so far as token spans: (start, end, whether it is finished); a body
+        being written or cut comes last."""
         spans = [(a, b, True) for a, b in self.call_spans]
         if self.cut_call is not None:
             spans.append((*self.cut_call, False))
         elif self.section == "call":
             spans.append((self.section_start, len(s.tokens), False))
-        return [(s.text.text(a, b), done) for a, b, done in spans]
+        return spans
 
 
 def _occurrences(text: str, needle: str):
