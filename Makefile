@@ -69,6 +69,7 @@ $(VENV)/.bench: $(VENV)/.dev
 bench: $(VENV)/.bench
 	$(BIN)/python bench/regexes.py
 	$(BIN)/python bench/grammar.py
+	$(BIN)/python bench/gbnf.py --tokenizers smollm2-135m-instruct
 
 # the benchmarks with the bundled model (about 2 hours on 2 cores)
 bench-models: $(VENV)/.bench

@@ -21,6 +21,8 @@ import jsonschema
 from constrain.constraints.constraint import Constraint
 from constrain.engine.cache import BoundedCache
 from constrain.engine.grammar import Grammar as EngineGrammar
+from constrain.engine.grammar.gbnf import grammar_syntax
+from constrain.engine.grammar.lark_frontend import read_lark as read_grammar_file
 from constrain.engine.vocab import Vocabulary
 from constrain.errors import ConfigError, ConstrainError, GrammarError
 from constrain.jsonschema.grammar import Grammar
@@ -36,8 +38,10 @@ _CONSTRAINTS_KEPT = 64  # compiled constraints kept per vocabulary (least recent
 
 def grammar_from(grammar: EngineGrammar | str | os.PathLike) -> EngineGrammar:
     """A Grammar from a Grammar, a library grammar name (``"sql"``), a file (a ``Path``: only
-    a path object is read as a file), or Lark text. A string without whitespace or ``:`` is no
-    grammar text, so it names a library grammar, and an unknown one is an error listing them.
+    a path object is read as a file; a ``.gbnf`` file is GBNF), or grammar text: GBNF when its
+    rules are defined with ``::=`` (`grammar_syntax`), else Lark. A string without whitespace
+    or ``:`` is no grammar text, so it names a library grammar, and an unknown one is an error
+    listing them.
 
     Raises:
         GrammarError: an unknown library grammar name, an unreadable file, a bad grammar, or
@@ -48,6 +52,8 @@ def grammar_from(grammar: EngineGrammar | str | os.PathLike) -> EngineGrammar:
     if isinstance(grammar, EngineGrammar):
         return grammar
     if isinstance(grammar, os.PathLike):
+        if os.fspath(grammar).endswith(".gbnf"):
+            return Grammar.from_gbnf(read_grammar_file(grammar))
         return Grammar.from_lark_file(grammar)
     if not isinstance(grammar, str):
         raise GrammarError(
@@ -64,6 +70,8 @@ def grammar_from(grammar: EngineGrammar | str | os.PathLike) -> EngineGrammar:
                     f"to read one"
                 ) from None
             raise
+    if grammar_syntax(grammar) == "gbnf":
+        return Grammar.from_gbnf(grammar)
     return Grammar.from_lark(grammar)
 
 

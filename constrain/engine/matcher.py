@@ -29,6 +29,7 @@ import numpy as np
 from constrain.engine import bitmask
 from constrain.engine.cache import BoundedCache
 from constrain.engine.grammar import Grammar
+from constrain.engine.grammar.ir import token_id_reference
 from constrain.engine.slices import slices_of
 from constrain.engine.vocab import Vocabulary
 from constrain.errors import GrammarError, InvalidTokenError, VocabularyError
@@ -123,7 +124,7 @@ class TokenAutomaton:
         self.eos = frozenset(vocab.eos_ids)
         self.eos_array = np.array(vocab.eos_ids, dtype=np.int64)
         self.special_ids = {text: _special_id(vocab, text) for text in self.automaton.special_texts}
-        self.special_texts = {i: text for text, i in self.special_ids.items()}
+        self.special_texts = _by_id(self.special_ids)
 
     def bitmask_for(self, state: Hashable) -> np.ndarray:
         """Allowed next tokens at automaton `state`, packed (`constrain.engine.bitmask`; int32,
@@ -355,7 +356,12 @@ def advance_many(matcher: TokenMatcher, tokens: Sequence[int]) -> None:
 
 
 def _special_id(vocab: Vocabulary, text: str) -> int:
-    token = vocab.special_ids.get(text)
+    """The id of the special token a grammar names by its text, or as ``<[id]>`` by its id."""
+    token = token_id_reference(text)
+    if token is not None:
+        _check_special_id(vocab, text, token)
+    else:
+        token = vocab.special_ids.get(text)
     if token is None:
         raise GrammarError(
             f"the grammar uses the special token {text!r}, which this vocabulary does not have"
@@ -366,3 +372,37 @@ def _special_id(vocab: Vocabulary, text: str) -> int:
             f"drop it from the grammar: EOS is allowed wherever the grammar's text is complete"
         )
     return token
+
+
+def _by_id(special_ids: dict[str, int]) -> dict[int, str]:
+    """Special token id -> the text the grammar names it by; one id named two ways (as
+    ``<think>`` and ``<[1000]>``) is an error, since a token is scanned by one name."""
+    texts: dict[int, str] = {}
+    for text, token in sorted(special_ids.items()):
+        if token in texts:
+            raise GrammarError(
+                f"the grammar names the special token {token} twice, as {texts[token]} and "
+                f"{text}; use one spelling"
+            )
+        texts[token] = text
+    return texts
+
+
+def _check_special_id(vocab: Vocabulary, text: str, token: int) -> None:
+    """`token` (named as `text`, ``<[id]>``) is a special token of `vocab` (or an EOS id)."""
+    if token >= vocab.size:
+        raise GrammarError(
+            f"the grammar uses the token {text}, but this vocabulary has {vocab.size} tokens"
+        )
+    data = vocab.token_bytes(token)
+    if data is not None:
+        raise GrammarError(
+            f"the grammar uses the token {text}, a text token of this vocabulary ({data!r}): "
+            f"a grammar constrains the text, not how it is split into tokens, so only special "
+            f"tokens can be named; write its text as a string instead"
+        )
+    if token not in vocab.eos_ids and token not in vocab.special_ids.values():
+        raise GrammarError(
+            f"the grammar uses the token {text}, which is neither a special token nor EOS in "
+            f"this vocabulary (a padding or unused id)"
+        )

@@ -29,11 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from constrain.constraints import ConstraintSpec
-try:  # TEMP until the GBNF front end lands
-    from constrain.engine.grammar.gbnf import grammar_syntax
-except ImportError:
-    def grammar_syntax(text):
-        return "gbnf" if "::=" in text else "lark"
+from constrain.engine.grammar.gbnf import grammar_syntax
 from constrain.serve.errors import RequestError
 
 __all__ = [

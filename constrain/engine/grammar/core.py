@@ -8,6 +8,7 @@ from pathlib import Path
 
 from constrain.engine.automaton import Automaton, DFAAutomaton, TextCheck
 from constrain.engine.grammar.cfg import CFGAutomaton
+from constrain.engine.grammar.gbnf import ir_from_gbnf
 from constrain.engine.grammar.ir import GrammarIR
 from constrain.engine.grammar.lark_frontend import ir_from_lark, read_lark
 from constrain.engine.regex import DEFAULT_MAX_MEMORY, ByteDFA, compile_regex, dfa_from_strings
@@ -18,8 +19,8 @@ class Grammar:
     """A constraint on text, before it is bound to a vocabulary.
 
     Build one with a constructor (`from_regex`, `from_choices`, `from_lark`, `from_lark_file`,
-    `from_ir`); bind it with ``constrain.Constraint(grammar, vocab)``. Grammars are immutable and
-    cheap to share.
+    `from_gbnf`, `from_ir`); bind it with ``constrain.Constraint(grammar, vocab)``. Grammars are
+    immutable and cheap to share.
     """
 
     def __init__(self, automaton: Automaton, *, kind: str, source: str):
@@ -156,6 +157,31 @@ class Grammar:
             return cls.from_ir(ir, kind="lark", source=str(path))
         except GrammarError as exc:
             raise GrammarError(f"grammar file {str(path)!r}: {exc}") from exc.__cause__
+
+    @classmethod
+    def from_gbnf(cls, text: str, *, start: str = "root", timeout: float = 10.0) -> Grammar:
+        """A GBNF grammar (llama.cpp's format) given as text; never reads a file.
+
+        The language is exactly the GBNF's (a grammar over characters: any derivation counts);
+        token references ``<text>`` and ``<[id]>`` name special tokens of the vocabulary the
+        grammar is bound to. See docs/grammars.md#gbnf and `constrain.engine.grammar.gbnf`.
+
+        Args:
+            text: the grammar.
+            start: the start rule.
+            timeout: seconds the parse and translation may take.
+
+        Raises:
+            GrammarError: a syntax error (what, with its line and column), an undefined rule,
+                no start rule, a token negation ``!<...>`` (not expressible over text), a
+                limit (repetition bound, rule count, nesting, timeout), or an empty language.
+        """
+        if not isinstance(text, str):
+            raise GrammarError(
+                f"Grammar.from_gbnf takes grammar text (a str), got {type(text).__name__}"
+            )
+        ir = ir_from_gbnf(text, start=start, timeout=timeout)
+        return cls.from_ir(ir, kind="gbnf", source="<grammar>")
 
     @classmethod
     def from_ir(

@@ -71,24 +71,10 @@ class EarleyParser:
         self.accept_item = 1  # "$start -> start ." is the second dotted rule
         self.nullable = self._nullable(rules, nt_id)
         # everything predicting nonterminal A adds: its items (all with origin None, i.e. the
-        # node itself, as dict keys so a closure merges them in one update) and nonterminals
-        self._predict: list[tuple[dict[tuple, None], frozenset[int]]] = []
-        for a in range(len(nts)):
-            items, predicted, stack = [], {a}, [a]
-            while stack:
-                for d in first_dotted[stack.pop()]:
-                    while True:
-                        items.append(d)
-                        sym = self.next_sym[d]
-                        if sym is None or sym < 0:
-                            break
-                        if sym not in predicted:
-                            predicted.add(sym)
-                            stack.append(sym)
-                        if not self.nullable[sym]:
-                            break
-                        d += 1
-            self._predict.append((dict.fromkeys((d, None) for d in items), frozenset(predicted)))
+        # node itself, as dict keys so a closure merges them in one update) and nonterminals;
+        # computed on first use (a left-nested chain of n rules has closures of total size n^2)
+        self._first_dotted = first_dotted
+        self._predict: list[tuple[dict[tuple, None], frozenset[int]] | None] = [None] * len(nts)
         self._interned: dict[frozenset, ChartNode] = {}
         self.root = self._close([], predict=nt_id[_SUPER_START])
 
@@ -149,9 +135,31 @@ class EarleyParser:
         return node
 
     def _add_prediction(self, a: int, items: dict, predicted: set[int]) -> None:
-        added, nts = self._predict[a]
+        found = self._predict[a]
+        if found is None:
+            found = self._predict[a] = self._prediction(a)
+        added, nts = found
         items.update(added)
         predicted |= nts
+
+    def _prediction(self, a: int) -> tuple[dict[tuple, None], frozenset[int]]:
+        """The items predicting nonterminal `a` adds, with the nullable ones advanced over, and
+        the nonterminals it predicts."""
+        items, predicted, stack = [], {a}, [a]
+        while stack:
+            for d in self._first_dotted[stack.pop()]:
+                while True:
+                    items.append(d)
+                    sym = self.next_sym[d]
+                    if sym is None or sym < 0:
+                        break
+                    if sym not in predicted:
+                        predicted.add(sym)
+                        stack.append(sym)
+                    if not self.nullable[sym]:
+                        break
+                    d += 1
+        return dict.fromkeys((d, None) for d in items), frozenset(predicted)
 
 
 def items_waiting(node: ChartNode, next_sym: list) -> dict[int, list]:

@@ -16,6 +16,7 @@ empty language is an error, so a sampler never starts on a grammar it cannot fin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -24,7 +25,7 @@ from typing import NamedTuple
 from constrain.engine.regex import ByteDFA, compile_regex, dfa_from_byte_classes, dfa_from_strings
 from constrain.errors import GrammarError, RegexError
 
-__all__ = ["GrammarIR", "Lexeme", "Rule", "repeat"]
+__all__ = ["GrammarIR", "Lexeme", "Rule", "repeat", "token_id_reference"]
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,10 @@ class Lexeme:
         literal: `pattern` is plain text, not a regex.
         priority: among lexemes matching the same longest text, only the highest-priority ones
             are kept.
-        special: the text of a special token (e.g. ``<|im_end|>``) this terminal stands for; such
-            a lexeme matches no bytes, only that token id.
+        special: the text of a special token (e.g. ``<|im_end|>``) this terminal stands for, or
+            ``<[id]>`` for the token with that id (see `token_id_reference`); such a lexeme
+            matches no bytes, only that token id, which must be a special token of the
+            vocabulary it is bound to.
         keyword_of: for a literal, the regex lexemes it is a keyword of (they match its text
             too): it wins over them on that text and ends only at a word boundary, where none of
             them could read on (see `constrain.engine.grammar.keywords`).
@@ -67,6 +70,16 @@ class Lexeme:
             return dfa_from_strings([self.pattern]) if self.literal else compile_regex(self.pattern)
         except RegexError as exc:
             raise GrammarError(f"terminal {self.name}: {exc}") from exc
+
+
+_TOKEN_ID_REFERENCE = re.compile(r"<\[([0-9]{1,12})\]>")
+
+
+def token_id_reference(special: str) -> int | None:
+    """The token id a special lexeme names as ``<[id]>`` (GBNF's ``<[1000]>``), else None: the
+    text is a special token's own text, looked up in the vocabulary by that text."""
+    found = _TOKEN_ID_REFERENCE.fullmatch(special)
+    return int(found.group(1)) if found else None
 
 
 class Rule(NamedTuple):
@@ -180,8 +193,12 @@ def derivable(rules: Iterable[tuple[str, Sequence[str]]], given: Iterable[str]) 
 def repeat(rules: list[Rule], name: str, item: Sequence[str], low: int, high: int | None) -> str:
     """Add rules for `name` deriving `item` repeated low..high times (high None: unbounded).
 
-    Bounded repetition is unrolled into a chain of optional tails (size linear in `high`),
-    unbounded repetition into a left-recursive list. Returns `name`.
+    Unbounded repetition is a left-recursive list. Bounded repetition is `low` copies, then
+    any count j of 0..high-low more, each j its own left-nested chain ``exactly_j ->
+    exactly_j-1 item`` (size linear in `high - low`): reading the copies one by one, an Earley
+    parser holds one live item per count rather than a nesting as deep as the count (a
+    right-nested chain of optional tails completes its whole depth after every copy, which is
+    quadratic in the count). Returns `name`.
     """
     item = tuple(item)
     if high is not None and high < low:
@@ -192,11 +209,16 @@ def repeat(rules: list[Rule], name: str, item: Sequence[str], low: int, high: in
         rules.append(Rule(tail, (tail, *item)))
         rules.append(Rule(name, item * low + (tail,)))
         return name
-    prev = None
-    for j in range(1, high - low + 1):  # name__upto{j} derives 0..j copies
-        upto = f"{name}__upto{j}"
-        rules.append(Rule(upto, ()))
-        rules.append(Rule(upto, item + ((prev,) if prev else ())))
-        prev = upto
-    rules.append(Rule(name, item * low + ((prev,) if prev else ())))
+    if high == low:
+        rules.append(Rule(name, item * low))
+        return name
+    more = f"{name}__upto{high - low}"  # 0..high-low copies
+    rules.append(Rule(more, ()))
+    prev: tuple[str, ...] = ()
+    for j in range(1, high - low + 1):
+        exactly = f"{name}__exactly{j}"
+        rules.append(Rule(exactly, prev + item))
+        rules.append(Rule(more, (exactly,)))
+        prev = (exactly,)
+    rules.append(Rule(name, item * low + (more,)))
     return name

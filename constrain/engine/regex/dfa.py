@@ -1115,6 +1115,43 @@ def repeat_unit(unit: ByteDFA, low: int, high: int | None) -> ByteDFA:
     return ByteDFA(trans[:keep], accepting[:keep], 1, f"({unit.pattern}){{{low},{high or ''}}}")
 
 
+def dfa_from_code_points(ranges: Iterable[tuple[int, int]], pattern: str) -> ByteDFA:
+    """The minimal DFA of the one-character texts whose code point lies in one of `ranges`
+    (inclusive pairs, in any order, overlapping or not). Surrogates, which UTF-8 cannot encode,
+    are left out; no code point is left (``[]``, or only surrogates): the empty language. Built
+    without the regex parser, so any set of code points works, the private-use ones included."""
+    pieces = sorted(
+        (max(a, 0), min(b, MAX_CODE_POINT))
+        for lo, hi in ranges
+        for a, b in ((lo, min(hi, _SURROGATES[0] - 1)), (max(lo, _SURROGATES[1] + 1), hi))
+    )
+    merged: list[list[int]] = []
+    for a, b in pieces:
+        if a > b:
+            continue
+        if merged and a <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    if not merged:
+        return ByteDFA(np.zeros((1, 256), dtype=np.int32), np.zeros(1, dtype=bool), DEAD, pattern)
+    atoms, inside, prev = [], [], 0  # atoms partition the code points, gaps included
+    for a, b in merged:
+        if a > prev:
+            atoms.append((prev, a - 1))
+            inside.append(False)
+        atoms.append((a, b))
+        inside.append(True)
+        prev = b + 1
+    if prev <= MAX_CODE_POINT:
+        atoms.append((prev, MAX_CODE_POINT))
+        inside.append(False)
+    table = np.zeros((3, len(atoms)), dtype=np.int64)  # dead, start, after one character
+    table[1, inside] = 2
+    accepting = np.array([False, False, True])
+    return _to_bytes(table, accepting, atoms, pattern, _unlimited())
+
+
 def dfa_from_byte_classes(classes: Sequence[Iterable[int]], pattern: str) -> ByteDFA:
     """The minimal DFA of the strings whose i-th byte is in ``classes[i]`` (a chain of states;
     e.g. an ASCII keyword matched in any case)."""
