@@ -246,7 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     kind.add_argument("--schema", help="a JSON Schema: a file, or inline JSON text")
     gen.add_argument(
-        "--whitespace", default="compact", help="JSON whitespace: compact | default | pretty"
+        "--whitespace",
+        default="compact",
+        help="JSON whitespace: compact | natural | default | pretty",
     )
     gen.add_argument("--model", default=None, help="bundled name, local directory or Hub id")
     gen.add_argument("--device", default="auto")

@@ -65,7 +65,10 @@ def check_calls(message) -> None:
 # -- the openai SDK ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", ["smollm2", *sorted(TEMPLATES)])
+@pytest.mark.parametrize(
+    "family",
+    ["smollm2", *(pytest.param(f, marks=pytest.mark.slow) for f in sorted(TEMPLATES))],
+)  # the families' rendering is checked fast in test_serve_conversation.py
 def test_sdk_tool_loop_sends_calls_and_results_back(smollm, family):
     """The SDK's own message object, then its `model_dump()`, go back with the tool results;
     the model reads its call (the prompt grows by it) and answers."""

@@ -24,7 +24,7 @@ from constrain import serve  # noqa: E402
 from constrain.bench.jsonschemabench import DATA  # noqa: E402
 
 NAME = "smollm2"
-CASES = 24
+CASES = 16
 STOP_CHARS = [",", '"', "}", "]", ":", " ", "\n", "a", "e", "1", "0", "na", '",', "}\n"]
 
 

@@ -474,7 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile-timeout", type=float, default=10.0)
     parser.add_argument("--generation-timeout", type=float, default=60.0)
     parser.add_argument("--max-schema-tokens", type=int, default=3000)
-    parser.add_argument("--whitespace", default="compact", help="compact | default | pretty")
+    parser.add_argument(
+        "--whitespace", default="compact", help="compact | natural | default | pretty"
+    )
     parser.add_argument("--out", type=Path, help="write the JSON report here")
     parser.add_argument("--markdown", type=Path, help="write the markdown table here")
     parser.add_argument(

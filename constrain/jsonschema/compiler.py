@@ -5,7 +5,9 @@ this module writes that graph as a context-free grammar. Each shape becomes a no
 alternatives are one lexeme for all its scalar values (a byte DFA built by intersection and
 difference) and one rule set per array or object alternative. Arrays and objects are small
 state machines unrolled into rules: array positions and `contains` counts, object members in
-schema order (or any order) with property counts. Whitespace is explicit and bounded.
+schema order (or any order) with property counts. Whitespace is explicit and bounded: a
+`Layout` (layout.py) says which may stand at each site next to punctuation; "pretty" is
+written here, its indentation following the nesting depth.
 
 Strict by design: what cannot be expressed exactly raises `UnsupportedSchemaError` naming the
 keyword and JSON pointer; ``lenient=True`` drops it and warns. Never a silently weaker grammar.
@@ -32,6 +34,7 @@ from constrain.engine.regex import (
 from constrain.errors import GrammarError, UnsupportedSchemaError
 from constrain.jsonschema.algebra import CompileTimeout, ShapeAlgebra
 from constrain.jsonschema.checks import JsonChecks, checks_for
+from constrain.jsonschema.layout import WHITESPACE, Layout, layout_of
 from constrain.jsonschema.normalize import Contents, InexactSchema, Normalizer
 from constrain.jsonschema.shapes import (
     ANY_CHAR,
@@ -49,11 +52,8 @@ from constrain.jsonschema.spellings import SPELLINGS, canonical_numbers, every_e
 from constrain.jsonschema.validation import DRAFTS, draft_validator, sites_reaching
 from constrain.jsonschema.wellformed import check_json_value, parse_schema_text
 
-__all__ = ["DRAFTS", "WHITESPACE", "compile_schema", "draft_validator"]
+__all__ = ["DRAFTS", "WHITESPACE", "Layout", "compile_schema", "draft_validator"]
 
-# "default": the bound of the grammar library's JSON (docs/grammars.md): at most 40 spaces or
-# tabs, then at most one line break and 40 more (indented JSON fits; runs of blank lines do not)
-WHITESPACE = {"compact": None, "default": r"[ \t]{0,40}\r?\n[ \t]{0,40}|[ \t]{1,40}"}
 _ABSENT = Prop(NOTHING)
 _CHUNK = 32  # characters per chunk lexeme of a long string
 _MAX_SUBSETS = 10  # with any_order, objects of more named properties count required ones
@@ -68,7 +68,7 @@ class _Emitter:
     def __init__(
         self,
         algebra: ShapeAlgebra,
-        whitespace: str | None,
+        layout: Layout | None,
         indent: int | None,
         any_order: bool,
         max_rules: int,
@@ -76,7 +76,7 @@ class _Emitter:
     ):
         self.algebra = algebra
         self.spellings = spellings
-        self.ws = whitespace
+        self.layout = layout  # None with `indent`
         self.indent = indent  # pretty printing: exact json.dumps(indent=...) layout
         self.any_order = any_order
         self.max_rules = max_rules
@@ -86,6 +86,7 @@ class _Emitter:
         self.names: dict[tuple, str] = {}  # (shape, depth) or ("text", lengths) -> nonterminal
         self.scalar_lexemes: dict[ByteDFA, str] = {}  # by identity (the lexeme holds the DFA)
         self.keys: dict[str, str] = {}  # property name -> its lexeme
+        self.spaces: dict[str, str] = {}  # whitespace regex -> its optional nonterminal
         self.defined: set[str] = set()
         self.free_keys = False  # some object's named keys may repeat in the grammar
 
@@ -135,17 +136,23 @@ class _Emitter:
         )
         return "NOTHING"
 
-    def optional_ws(self) -> tuple[str, ...]:
-        if self.ws is None:
+    def optional_ws(self, regex: str | None) -> tuple[str, ...]:
+        """Nothing, or a nonterminal for no text or one text of `regex` (one per regex: the
+        first is ``ws`` over the lexeme ``WS``, the next ``ws1`` over ``WS1``, ...)."""
+        if regex is None:
             return ()
-        if "WS" not in self.lexemes:
-            self.lexemes["WS"] = Lexeme("WS", self.ws)
-            self.add("ws", ())
-            self.add("ws", ("WS",))
-        return ("ws",)
+        name = self.spaces.get(regex)
+        if name is None:
+            suffix = str(len(self.spaces) or "")
+            name = self.spaces[regex] = "ws" + suffix
+            self.lexemes["WS" + suffix] = Lexeme("WS" + suffix, regex)
+            self.add(name, ())
+            self.add(name, ("WS" + suffix,))
+        return (name,)
 
     def punctuation(self, kind: str, depth: int) -> tuple[str, ...]:
-        """`kind` in open{ open[ close} close] comma colon empty{ empty[` at nesting `depth`."""
+        """`kind` in open{ open[ close} close] comma colon empty{ empty[` at nesting `depth`,
+        with the whitespace the layout allows around it."""
         if self.indent is not None:
             inner = "\n" + " " * (self.indent * (depth + 1))
             text = {
@@ -154,19 +161,21 @@ class _Emitter:
                 "]": "\n" + " " * (self.indent * depth) + "]", "{}": "{}", "[]": "[]",
             }[kind]  # fmt: skip
             return (self.literal(text),)
-        ws = self.optional_ws()
-        if kind in ("{", "["):
-            return (self.literal(kind), *ws)
-        if kind in ("}", "]"):
-            return (*ws, self.literal(kind))
+        before, after = self.layout.sites(kind)
         if kind in ("{}", "[]"):
-            return (self.literal(kind[0]), *ws, self.literal(kind[1]))
-        return (*ws, self.literal(kind), *ws)
+            return (self.literal(kind[0]), *self.optional_ws(after), self.literal(kind[1]))
+        return (*self.optional_ws(before), self.literal(kind), *self.optional_ws(after))
 
     # -- values ---------------------------------------------------------------------------------
 
+    def depth_key(self, depth: int) -> int:
+        """What a value's nonterminal is keyed by besides its shape: the nesting depth where
+        the punctuation's text depends on it ("pretty"), else 0 (one nonterminal per shape:
+        a layout's whitespace is the same at every depth)."""
+        return depth if self.indent is not None else 0
+
     def value(self, shape: Shape, depth: int) -> str:
-        key = (shape, depth if self.indent is not None else 0)
+        key = (shape, self.depth_key(depth))
         name = self.names.get(key)
         if name is not None:
             return name
@@ -414,7 +423,7 @@ def _chunk_dfa(low: int, high: int, end: str) -> ByteDFA:
 def compile_schema(
     schema: Any,
     *,
-    whitespace: str | None = "compact",
+    whitespace: str | Layout | None = "compact",
     indent: int = 2,
     any_order: bool = False,
     lenient: bool = False,
@@ -427,10 +436,17 @@ def compile_schema(
     check for what a grammar cannot say (no duplicate keys, `uniqueItems`; None if not needed).
 
     Args:
-        whitespace: "compact" (none), "default" (around punctuation, at most 40 spaces or tabs,
-            one line break and 40 more: admits `json.dumps` output with or without indentation
-            up to 40 columns deep), "pretty" (exactly
-            the layout of ``json.dumps(value, indent=indent)``), or a regex for it.
+        whitespace: the whitespace around punctuation, a `Layout` or the name of one
+            (`constrain.jsonschema.layout`): "compact" (none); "natural" (what JSON printers
+            and models write: nothing before ``:`` and ``,``; after ``:`` nothing or a space;
+            after ``,`` nothing, a space or a line break; after ``{`` / ``[`` and before
+            ``}`` / ``]`` nothing or a line break; a line break is ``\n`` then up to 40
+            spaces or up to 10 tabs; empty containers are ``{}`` and ``[]``: admits
+            ``json.dumps`` output with or without ``indent`` up to 40 columns deep, and with
+            compact separators); "default" (on either side of every punctuation, at most 40
+            spaces or tabs, one line break and 40 more); "pretty" (exactly the layout of
+            ``json.dumps(value, indent=indent)``); or a regex allowed on either side of every
+            punctuation. Never whitespace before or after the document's value.
         any_order: admit object members in any order (default: schema order, then extra keys);
             any number of properties; `required` is enforced and no key repeats.
         lenient: drop what cannot be expressed (with a warning listing it) instead of raising.
@@ -455,11 +471,11 @@ def compile_schema(
     if spellings not in SPELLINGS:
         raise GrammarError(f"unknown spellings {spellings!r}: one of {', '.join(SPELLINGS)}")
     pretty = whitespace == "pretty"
-    ws = None if pretty else WHITESPACE.get(whitespace, whitespace)
+    layout = None if pretty else layout_of(whitespace)
     try:
         normalizer, root = _normalized(schema, lenient, draft, time.monotonic() + timeout)
         emitter = _Emitter(
-            normalizer.algebra, ws, indent if pretty else None, any_order, max_rules, spellings
+            normalizer.algebra, layout, indent if pretty else None, any_order, max_rules, spellings
         )
         start = emitter.value(root, 0)
     except ShapeUnsupported as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from constrain.engine.grammar import Grammar as EngineGrammar
 from constrain.jsonschema.compiler import compile_schema
+from constrain.jsonschema.layout import Layout
 from constrain.jsonschema.types import schema_from_type
 
 __all__ = ["Grammar"]
@@ -23,7 +24,7 @@ class Grammar(EngineGrammar):
         cls,
         schema,
         *,
-        whitespace: str | None = "compact",
+        whitespace: str | Layout | None = "compact",
         indent: int = 2,
         any_order: bool = False,
         lenient: bool = False,
@@ -42,8 +43,13 @@ class Grammar(EngineGrammar):
         given text; numbers with an exponent are admitted in neither.
 
         Args:
-            whitespace: "compact", "default" (bounded, admits `json.dumps` output), "pretty"
-                (exactly ``json.dumps(value, indent=indent)``) or a regex.
+            whitespace: the layout around punctuation: "compact" (none), "natural" (the
+                layouts JSON printers and models write: ``json.dumps`` with or without
+                ``indent``, compact separators; never a space before ``:`` or a line break
+                before ``,``), "default" (bounded runs of spaces, tabs and one line break on
+                either side of every punctuation), "pretty" (exactly
+                ``json.dumps(value, indent=indent)``), a `constrain.jsonschema.Layout`, or a
+                regex allowed on either side of every punctuation.
             any_order: object members in any order (default: schema order, then extra keys).
             lenient: drop what cannot be expressed, with a warning, instead of raising.
             draft: read the schema in this dialect ("2020-12", "2019-09", "draft-07",

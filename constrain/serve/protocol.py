@@ -124,8 +124,8 @@ def read_chat(body: Mapping, served: Served) -> Request:
     choice = _tool_choice(body.get("tool_choice"), functions)
     support = served.template
     fmt = _format(body, served)
+    messages = for_template(messages, support, fmt)
     if served.model.has_chat_template:
-        messages = for_template(messages, support, fmt)
         tools_arg = body.get("tools") if functions else None
         if functions and choice != "none" and not support.tools:
             messages = _with_system(messages, toolbox.tools_system_prompt(fmt, functions))

@@ -79,7 +79,7 @@ class Thinking:
     opened_by_prompt: bool
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class Calls:
     """Tool calls in `format`: `body` constrains one call's JSON (for a list body, all calls);
     `choice` is "auto" (the model chooses text or calls) or "required" (a call is forced)."""
@@ -148,7 +148,6 @@ class Answer:
     content_start: int | None = None
     call_spans: list[tuple[int, int]] = field(default_factory=list)  # finished call bodies
     cut_call: tuple[int, int] | None = None  # a call body the answer ended inside
-    repeated_calls: int = 0  # calls identical to an earlier one, left out
     section_start: int = 0
     stopped_at: int | None = None  # content characters kept before a stop string
     scanned: int = 0  # characters of the section searched for its end marker or a stop
@@ -281,7 +280,6 @@ class Answer:
             return
         span = (self.section_start, len(s.tokens))
         if self._repeats_a_call(s, span):  # the same work again: the answer ends before it
-            self.repeated_calls += 1
             s.finish("tool_calls")
             self.section = "done"
             return
