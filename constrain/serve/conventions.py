@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 JSON_WHITESPACE = ("natural", "compact", "default", "pretty")
-DEFAULT_JSON_WHITESPACE = "natural"  # the layouts JSON printers (and models) write  # the layouts JSON printers (and models) write
+DEFAULT_JSON_WHITESPACE = "natural"  # the layouts JSON printers (and models) write
 
 # body fields read here beyond OpenAI's response_format and our extensions
 FIELDS = {
