@@ -28,7 +28,7 @@ if __package__ in (None, ""):
 import constrain as cn
 import constrain.grammars as library
 from bench.common import argument_parser, emit
-from bench.grammar import _instances
+from bench.grammar import grammar_instances
 from constrain.bench.report import fmt, load_vocab, percentile
 from constrain.engine.regex import compile_regex
 
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for tokenizer in args.tokenizers.split(","):
         vocab = load_vocab(tokenizer)
-        paths = _instances("json", library.load("json"), vocab, args.instances, args.seed)
+        paths = grammar_instances("json", library.load("json"), vocab, args.instances, args.seed)
         for label, (kind, text) in GRAMMARS.items():
             for engine in ("native", "python"):
                 row = {"tokenizer": f"{tokenizer} ({vocab.size // 1000}k)", "grammar": label}

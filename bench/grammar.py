@@ -82,7 +82,7 @@ def _instance_text(name: str, grammar: cn.Grammar, rng: np.random.Generator) -> 
     return random_text(grammar.ir, rng, max_depth=7).encode()
 
 
-def _instances(
+def grammar_instances(
     name: str, grammar: cn.Grammar, vocab: cn.Vocabulary, n: int, seed: int
 ) -> list[list[int]]:
     rng = np.random.default_rng(seed)
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     for tokenizer in args.tokenizers.split(","):
         vocab = load_vocab(tokenizer)
         for name in args.grammars.split(","):
-            paths = _instances(name, library.load(name), vocab, args.instances, args.seed)
+            paths = grammar_instances(name, library.load(name), vocab, args.instances, args.seed)
             row = {"tokenizer": f"{tokenizer} ({vocab.size // 1000}k)", "grammar": name}
             row["ours"] = bench_ours(name, vocab, paths, args.seed)
             if not args.no_others:

@@ -14,9 +14,7 @@ JSON object valid under this JSON Schema: ...":
   a JSON printer lays them out (``json.dumps`` with compact separators, without or with
   ``indent`` 2, 4 or a tab), answers the "natural" grammar admits, and seconds per answer.
 * compile cost per layout on JSONSchemaBench schemas (round-robin, any size): grammar rules,
-  compile time and the first mask, with a prototype of "natural" whose indentation is tied to
-  the nesting depth (nonterminals keyed by depth, as "pretty" has them; ``\\n`` then 2 or 4
-  spaces or a tab per level), the alternative to natural's free indentation.
+  compile time and the first mask.
 
 Run: ``python bench/whitespace.py [--limit 20] [--seeds 2] [--max-tokens 128]
 [--markdown docs/benchmarks/whitespace.md]``.
@@ -29,7 +27,6 @@ import statistics
 import sys
 import time
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 # run as a script: import `bench.common` and `constrain` from the repository root
@@ -41,7 +38,7 @@ import jsonschema
 import constrain as cn
 from bench.common import argument_parser, emit
 from constrain.bench.report import fmt
-from constrain.jsonschema import compiler
+from constrain.jsonschema import compile_schema
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 PROMPT = "Generate a JSON object valid under this JSON Schema:\n{schema}"
@@ -263,51 +260,7 @@ def _generation_table(records: list[dict], modes) -> str:
 # -- compile cost ------------------------------------------------------------------------------
 
 
-def _depth_break(levels: int) -> str | None:
-    """A line break indented by `levels` levels of 2 or 4 spaces or a tab, up to 40 columns."""
-    if levels == 0:
-        return r"\n"
-    units = [f" {{{n * levels}}}" for n in (2, 4) if n * levels <= 40]
-    units += [f"\\t{{{levels}}}"] if levels <= 10 else []
-    return r"\n(?:" + "|".join(units) + ")" if units else None
-
-
-class _DepthEmitter(compiler._Emitter):
-    """A prototype of "natural" with its indentation tied to the nesting depth (not shipped)."""
-
-    def depth_key(self, depth: int) -> int:
-        return depth
-
-    def punctuation(self, kind: str, depth: int) -> tuple[str, ...]:
-        inner, outer = _depth_break(depth + 1), _depth_break(depth)
-        if kind in ("{", "["):
-            return (self.literal(kind), *self.optional_ws(inner))
-        if kind in ("}", "]"):
-            return (*self.optional_ws(outer), self.literal(kind))
-        if kind in ("{}", "[]"):
-            return (self.literal(kind),)
-        if kind == ":":
-            return (self.literal(":"), *self.optional_ws(" "))
-        return (self.literal(","), *self.optional_ws(" |" + inner if inner else " "))
-
-
-@contextmanager
-def _emitter(cls):
-    saved = compiler._Emitter
-    compiler._Emitter = cls
-    try:
-        yield
-    finally:
-        compiler._Emitter = saved
-
-
-LAYOUTS = {  # name in the table -> (whitespace option, emitter)
-    "compact": ("compact", compiler._Emitter),
-    "default": ("default", compiler._Emitter),
-    "natural": ("natural", compiler._Emitter),
-    "natural, indentation tied to depth (prototype)": ("natural", _DepthEmitter),
-    "pretty": ("pretty", compiler._Emitter),
-}
+LAYOUTS = ("compact", "default", "natural", "pretty")
 
 
 def compile_costs(data: Path, limit: int, vocab) -> list[dict]:
@@ -315,14 +268,14 @@ def compile_costs(data: Path, limit: int, vocab) -> list[dict]:
     records = []
     for name, path in bench_files(data)[:limit]:
         schema = json.loads(path.read_text())
-        for layout, (whitespace, emitter) in LAYOUTS.items():
+        for layout in LAYOUTS:
             record = {"schema": name, "layout": layout, "rules": None}
-            with warnings.catch_warnings(), _emitter(emitter):
+            with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 t0 = time.perf_counter()
                 try:
-                    ir, _ = compiler.compile_schema(schema, whitespace=whitespace)
-                    grammar = cn.Grammar.from_json_schema(schema, whitespace=whitespace)
+                    ir, _ = compile_schema(schema, whitespace=layout)
+                    grammar = cn.Grammar.from_json_schema(schema, whitespace=layout)
                 except cn.ConstrainError:
                     records.append(record)
                     continue

@@ -23,6 +23,7 @@ from contract import assert_mask_matches_checks
 
 import constrain as cn
 import constrain.grammars as library
+from bench.gbnf import JSON_SAME_LANGUAGE
 from constrain.engine.grammar import gbnf
 from constrain.engine.grammar.gbnf import (
     AnyChar,
@@ -93,18 +94,8 @@ MUL: /[*\/]/
 DIGIT: /[0-9]/
 """
 
-# the language of the library's json.lark, in the style of llama.cpp's json.gbnf
-JSON = r"""
-root   ::= value nl?
-value  ::= object | array | string | number | "true" | "false" | "null"
-object ::= "{" ws? ( pair ( ws? "," ws? pair )* ws? )? "}"
-pair   ::= string ws? ":" ws? value
-array  ::= "[" ws? ( value ( ws? "," ws? value )* ws? )? "]"
-string ::= "\"" ( [^"\\\x00-\x1F] | "\\" ["\\/bfnrt] | "\\u" [0-9a-fA-F]{4} )* "\""
-number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
-ws     ::= [ \t]{0,40} "\r"? "\n" [ \t]{0,40} | [ \t]{1,40}
-nl     ::= "\r"? "\n"
-"""
+# the language of the library's json.lark, in GBNF (the benchmark's grammar)
+JSON = JSON_SAME_LANGUAGE
 
 # key=value lists, in both formats; the Lark terminals are such that longest match is harmless
 PAIRS = r"""

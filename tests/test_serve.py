@@ -9,7 +9,6 @@ in each family's documented format and set on a copy of the bundled tokenizer.
 from __future__ import annotations
 
 import concurrent.futures
-import copy
 import json
 import re
 import time
@@ -18,39 +17,18 @@ import httpx
 import pytest
 from chat_templates import TEMPLATES, THINKING_TEMPLATE, TOOLS
 from jsonschema import Draft202012Validator
+from served import NAME, PERSON, client, with_template
 
 openai = pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
 
 from constrain import serve  # noqa: E402
-from constrain.models.transformers_lm import TransformersLM  # noqa: E402
 
-NAME = "smollm2"
-PERSON = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 12},
-        "age": {"type": "integer", "minimum": 0, "maximum": 120},
-    },
-    "required": ["name", "age"],
-    "additionalProperties": False,
-}
 ASK_PERSON = [{"role": "user", "content": "Describe a person as JSON."}]
 
 
 def serving(model, **options):
     return serve.serving(model, name=NAME, **options)
-
-
-def client(url: str):
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=120, max_retries=0)
-
-
-def with_template(model, template: str) -> TransformersLM:
-    """The same weights with a copy of the tokenizer that uses `template`."""
-    tokenizer = copy.deepcopy(model.tokenizer)
-    tokenizer.chat_template = template
-    return TransformersLM(model.hf_model, tokenizer, name=model.name, device=None)
 
 
 @pytest.fixture(scope="module")

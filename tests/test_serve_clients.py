@@ -15,14 +15,13 @@ import pytest
 from chat_templates import TEMPLATES, TOOLS
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, Field, field_validator
+from served import NAME, client, with_template
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("uvicorn")
 
 from constrain import serve  # noqa: E402
-from constrain.models.transformers_lm import TransformersLM  # noqa: E402
 
-NAME = "smollm2"
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 VALIDATORS = {t["function"]["name"]: Draft202012Validator(t["function"]["parameters"]) for t in TOOLS}
 
@@ -36,18 +35,6 @@ class GetWeather(BaseModel):
     """The weather in a city."""
 
     city: str = Field(max_length=20)
-
-
-def client(url: str):
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=120, max_retries=0)
-
-
-def with_template(model, template: str) -> TransformersLM:
-    import copy
-
-    tokenizer = copy.deepcopy(model.tokenizer)
-    tokenizer.chat_template = template
-    return TransformersLM(model.hf_model, tokenizer, name=model.name, device=None)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, Field
+from served import NAME, PERSON, client
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("uvicorn")
@@ -22,16 +23,6 @@ pytest.importorskip("uvicorn")
 from constrain import serve  # noqa: E402
 from constrain.serve.partial import PartialJSON  # noqa: E402
 
-NAME = "smollm2"
-PERSON = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 12},
-        "age": {"type": "integer", "minimum": 0, "maximum": 120},
-    },
-    "required": ["name", "age"],
-    "additionalProperties": False,
-}
 ASK = [{"role": "user", "content": "Describe a person as JSON."}]
 # the same language in GBNF and as a regex (the oracle)
 GBNF = '# a tiny ticket grammar\nroot ::= "ticket-" [0-9]{3} ("-" item)?\nitem ::= [a-z]+\n'
@@ -140,8 +131,7 @@ def test_every_error_is_an_openai_error_object(url):
         assert response.status_code == status
         assert set(response.json()["error"]) == {"message", "type", "param", "code"}
     assert httpx.get(f"{url}/v1/models/{NAME}", timeout=30).json()["id"] == NAME
-    c = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
-    assert c.models.retrieve(NAME).id == NAME
+    assert client(url).models.retrieve(NAME).id == NAME
 
 
 def test_streamed_partial_values_grow_to_the_answer(url):
@@ -166,7 +156,7 @@ def test_streamed_partial_values_grow_to_the_answer(url):
 
 
 def test_responses_api_text_parse_tools_and_stream(url):
-    c = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=120)
+    c = client(url)
     r = c.responses.create(model=NAME, input="Say hi.", max_output_tokens=8, temperature=0)
     assert r.output_text and r.status in ("completed", "incomplete") and r.usage.output_tokens <= 8
     parsed = c.responses.parse(model=NAME, input="Describe a person.", text_format=Person,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator
+from served import NAME, client
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("uvicorn")
@@ -23,7 +24,6 @@ from constrain import schemas as example_schemas  # noqa: E402
 from constrain import serve  # noqa: E402
 from constrain.bench.jsonschemabench import DATA  # noqa: E402
 
-NAME = "smollm2"
 CASES = 16
 STOP_CHARS = [",", '"', "}", "]", ":", " ", "\n", "a", "e", "1", "0", "na", '",', "}\n"]
 
@@ -66,9 +66,8 @@ def ask(url: str, case: int, schemas: list[dict]) -> tuple[dict, dict, object]:
     else:
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": "x", "schema": schema}}  # fmt: skip
-    c = openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=120, max_retries=0)
     try:
-        return body, schema, c.chat.completions.create(**body)
+        return body, schema, client(url).chat.completions.create(**body)
     except openai.BadRequestError as exc:
         return body, schema, exc
 
