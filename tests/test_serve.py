@@ -227,6 +227,7 @@ def test_tool_calls_in_each_family_format(smollm, family):
         c = client(base)
         ask = [{"role": "user", "content": "What is the weather in Paris?"}]
         validators = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+        whole = None  # the first answer, which the streamed one must repeat
         for choice, parallel in (("required", True), ("required", False), (
             {"type": "function", "function": {"name": "add"}}, True,
         )):  # fmt: skip
@@ -235,6 +236,7 @@ def test_tool_calls_in_each_family_format(smollm, family):
                 temperature=0, parallel_tool_calls=parallel,
             )  # fmt: skip
             message = r.choices[0].message
+            whole = whole or message.tool_calls
             assert message.tool_calls, (family, choice, message)
             if not parallel:
                 assert len(message.tool_calls) == 1
@@ -249,7 +251,6 @@ def test_tool_calls_in_each_family_format(smollm, family):
         # streamed: the argument deltas join to the non-streamed calls (ids from the deltas)
         kwargs = dict(model=NAME, messages=ask, tools=TOOLS, tool_choice="required",
                       max_tokens=56, temperature=0)  # fmt: skip
-        whole = c.chat.completions.create(**kwargs).choices[0].message.tool_calls
         calls: dict[int, list] = {}
         for chunk in c.chat.completions.create(stream=True, **kwargs):
             for d in chunk.choices[0].delta.tool_calls or []:
@@ -260,7 +261,7 @@ def test_tool_calls_in_each_family_format(smollm, family):
         ], family
         assert all(i.startswith("call_") for i, _, _ in calls.values())
         # auto: text or calls, whichever the model starts, each well formed
-        for seed in range(3):
+        for seed in range(2):
             r = c.chat.completions.create(
                 model=NAME, messages=ask, tools=TOOLS, tool_choice="auto", max_tokens=32,
                 temperature=1.0, seed=seed,

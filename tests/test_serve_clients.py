@@ -101,7 +101,7 @@ def test_sdk_parse_with_pydantic_models(url):
 def test_sdk_stream_helper_gets_argument_deltas(url):
     c = client(url)
     kwargs = dict(model=NAME, messages=ASK, tools=TOOLS, tool_choice="required",
-                  max_tokens=64, temperature=0)  # fmt: skip
+                  max_tokens=48, temperature=0)  # fmt: skip
     whole = c.chat.completions.create(**kwargs).choices[0].message
     deltas = 0
     with c.chat.completions.stream(**kwargs) as stream:
