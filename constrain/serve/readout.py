@@ -112,10 +112,10 @@ class Readout:
         self.reasoning.append(out.reasoning)
         self.content.append(out.content)
         out.calls = self._call_deltas(s, final)
-        if self.content_json is not None and out.content:
+        if self.content_json is not None:
             self.content_json.feed(out.content)
             if final:
-                self.content_json.finish()
+                self.content_json.finish()  # a number at the root ends with the text
             value = self.content_json.value()
             if value != self.partial_sent:
                 out.partial, out.has_partial = value, True
@@ -182,7 +182,7 @@ class Readout:
                 call.name = name or ""
                 delta.id, delta.name = call.id, call.name
             text, ended = raw if raw is not None else ("", False)
-            if ended or final or text[:1] in ('{', '[', '"'):  # a number waits for its end
+            if ended or final or text[:1] in ("{", "[", '"'):  # a number waits for its end
                 delta.arguments = text[call.sent :]
                 call.sent = len(text)
             if delta.id is not None or delta.arguments:
