@@ -65,13 +65,16 @@ class BoundedCache(Generic[K, V]):
     def get(self, key: K, default: V | None = None) -> V | None:
         """The value under `key` (marked as recently used), or `default`."""
         with self._lock:
-            items = self._items
-            if key in items:
-                self.hits += 1
-                items.move_to_end(key)
-                return items[key]
+            if key in self._items:
+                return self._hit(key)
             self.misses += 1
             return default
+
+    def _hit(self, key: K) -> V:
+        """The value under `key`, counted as a hit and marked as recently used (lock held)."""
+        self.hits += 1
+        self._items.move_to_end(key)
+        return self._items[key]
 
     def __getitem__(self, key: K) -> V:
         with self._lock:
@@ -105,11 +108,8 @@ class BoundedCache(Generic[K, V]):
         build failed). `build` runs without the lock held, so it may use the cache."""
         while True:
             with self._lock:
-                items = self._items
-                if key in items:
-                    self.hits += 1
-                    items.move_to_end(key)
-                    return items[key]
+                if key in self._items:
+                    return self._hit(key)
                 pending = self._pending.get(key)
                 owner = pending is None
                 if owner:
