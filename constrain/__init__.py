@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS = {
+    "Abandoned": "constrain.errors",
     "AnnotationError": "constrain.errors",
     "ArgumentTypeError": "constrain.errors",
     "ConfigError": "constrain.errors",
@@ -28,6 +29,8 @@ _EXPORTS = {
     "SchemaError": "constrain.errors",
     "UnsupportedSchemaError": "constrain.errors",
     "VocabularyError": "constrain.errors",
+    "WorkLimitError": "constrain.errors",
+    "Fuel": "constrain.fuel",
     "Vocabulary": "constrain.engine.vocab",
     "Grammar": "constrain.jsonschema.grammar",
     "Constraint": "constrain.constraints",

@@ -94,3 +94,30 @@ class ContextLengthError(ConstrainError, ValueError):
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
         self.context_length = context_length
+
+
+class WorkLimitError(ConstrainError, ValueError):
+    """Preparing an input (compiling it, planning its completions) needs more work than its
+    `Fuel` allows. The same input always needs the same work, so it fails the same way on an
+    idle and on a loaded machine.
+
+    Attributes:
+        limit: the budget's name (the option that raises it).
+        units: the budget, in work units.
+        stage: what was being done when it ran out.
+    """
+
+    def __init__(self, message: str, limit: str, units: int, stage: str):
+        super().__init__(message)
+        self.limit = limit
+        self.units = units
+        self.stage = stage
+
+
+class Abandoned(ConstrainError, RuntimeError):
+    """Work was stopped from outside before it finished (its client went away, the server
+    shuts down, or its wall-clock backstop passed); `reason` says which."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason

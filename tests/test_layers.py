@@ -23,7 +23,8 @@ import pytest
 # diagram of docs/architecture.md; change both together.
 LAYERS: list[tuple[str, ...]] = [
     # plain data and helpers that import nothing of the package
-    ("constrain.errors", "constrain.datadirs", "constrain.results", "constrain.options"),
+    ("constrain.errors", "constrain.datadirs", "constrain.results", "constrain.options",
+     "constrain.fuel"),
     ("constrain.engine",),
     # the grammar and example-schema libraries; the JSON Schema front end
     ("constrain.grammars", "constrain.schemas", "constrain.jsonschema"),

@@ -1,0 +1,128 @@
+"""Fuel: a deterministic work budget for preparing one input, and the way to abandon the work.
+
+A server prepares each request before decoding it: lark loads its grammar, a schema is
+normalised and compiled into automata, the completions a token budget plans with are found,
+the first mask is built. Each stage can grow far faster than its input, so each is metered:
+the loops that can grow `burn` units of work as they go, and the `Fuel` active for the
+thread raises `WorkLimitError` once its units are spent. Work is counted, not timed, so the
+same input gets the same answer on an idle and on a loaded machine (one unit is meant to be
+about a microsecond of work; docs/limits.md has the calibration).
+
+A `Fuel` can also be stopped from another thread (`cancel`: the client went away, the server
+shuts down): the next `burn` raises `Abandoned`, the stage unwinds and what it built is freed.
+A wall-clock deadline is the backstop for work that burns too rarely.
+
+Code run with no active fuel burns nothing: the library's own limits (states, memory, its
+timeouts) still hold there. Third-party code (lark's loader) is metered per Python call
+(`Fuel.metering_calls`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import time
+from collections.abc import Iterator
+from contextvars import ContextVar
+
+from constrain.errors import Abandoned, WorkLimitError
+
+__all__ = ["Fuel", "burn", "stage"]
+
+_ACTIVE: ContextVar[Fuel | None] = ContextVar("constrain_fuel", default=None)
+_CLOCK_EVERY = 4096  # units burnt between two looks at the wall clock
+
+
+class Fuel:
+    """`units` of work for one input's preparation (`limit` names the option that sets it),
+    stopped early by `cancel` or, as a backstop, after `seconds` of wall-clock time."""
+
+    __slots__ = ("units", "limit", "left", "seconds", "deadline", "stage", "stopped", "_clock_at")
+
+    def __init__(self, units: int, *, limit: str = "fuel", seconds: float = math.inf):
+        self.units = units
+        self.limit = limit
+        self.left = units
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.stage = "preparing"
+        self.stopped: str | None = None  # why the work was cancelled
+        self._clock_at = units
+
+    @property
+    def used(self) -> int:
+        return self.units - self.left
+
+    def burn(self, units: int = 1) -> None:
+        """Spend `units`; raise `WorkLimitError` when none are left, `Abandoned` when the
+        work was cancelled or ran past the backstop."""
+        self.left -= units
+        if self.left >= 0 and self._clock_at - self.left < _CLOCK_EVERY and self.stopped is None:
+            return
+        self._check()
+
+    def _check(self) -> None:
+        if self.stopped is not None:
+            raise Abandoned(f"{self.stage}: {self.stopped}")
+        if self.left < 0:
+            raise WorkLimitError(
+                f"{self.stage} needs more work than this input's budget of {self.units:,} "
+                f"units ({self.limit}); simplify the input or raise the limit",
+                self.limit, self.units, self.stage,
+            )  # fmt: skip
+        self._clock_at = self.left
+        if time.monotonic() > self.deadline:
+            self.stopped = f"it ran past its backstop of {self.seconds:g} s"
+            raise Abandoned(f"{self.stage}: {self.stopped}")
+
+    def cancel(self, reason: str) -> None:
+        """Stop the work (from any thread): its next `burn` raises `Abandoned(reason)`."""
+        self.stopped = reason
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[Fuel]:
+        """Make this the fuel that `burn` spends in this thread (and context) while the block
+        runs."""
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+
+    @contextlib.contextmanager
+    def metering_calls(self) -> Iterator[None]:
+        """Burn one unit per Python function call made in this thread while the block runs:
+        the meter for third-party code that burns nothing itself (it runs about 3x slower)."""
+
+        def per_call(frame, event, arg):
+            if event == "call":
+                self.burn()
+
+        previous = sys.getprofile()
+        sys.setprofile(per_call)
+        try:
+            yield
+        finally:
+            sys.setprofile(previous)
+
+
+def burn(units: int = 1) -> None:
+    """Spend `units` of the active fuel, if any (see `Fuel.burn`)."""
+    fuel = _ACTIVE.get()
+    if fuel is not None:
+        fuel.burn(units)
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[Fuel | None]:
+    """Name what the active fuel is spent on while the block runs (errors say it)."""
+    fuel = _ACTIVE.get()
+    if fuel is None:
+        yield None
+        return
+    before, fuel.stage = fuel.stage, name
+    try:
+        yield fuel
+    finally:
+        fuel.stage = before
