@@ -6,7 +6,9 @@ user's turn and could open another one (a chat-turn injection). Here special tok
 from the chat template's own markup and the tokenizer's BOS: `encode_text` tokenizes plain
 text with special-token text split into ordinary tokens; `encode_chat` renders the template,
 finds where each message's text went (by rendering it again with placeholders) and reads
-special tokens only outside those places. ``special_tokens=True`` restores the tokenizer's
+special tokens only outside those places. What else the template writes is markup, so it must
+not carry special-token text: a role is one of `ROLES` (a role is written into the turn's
+header), and names, tool calls and tool definitions holding special-token text are refused. ``special_tokens=True`` restores the tokenizer's
 plain behaviour, for prompts written in the model's own format.
 
 A prompt without special-token text tokenizes exactly as the tokenizer tokenizes the rendered
@@ -20,10 +22,17 @@ from collections.abc import Mapping, Sequence
 
 from constrain.errors import ConfigError
 
-__all__ = ["encode_chat", "encode_text", "render_chat", "special_ids"]
+__all__ = ["ROLES", "encode_chat", "encode_text", "render_chat", "special_ids"]
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")  # OpenAI's
 
 _PLACEHOLDER = "\ue000{}\ue001"  # private-use characters: text no template or user writes
 _PLACEHOLDERS = re.compile("\ue000(\\d+)\ue001")
+
+
+def special_texts(tokenizer) -> list[str]:
+    """The text of the tokenizer's special tokens (those of `special_ids`)."""
+    return [t for t in tokenizer.convert_ids_to_tokens(sorted(special_ids(tokenizer))) if t]
 
 
 def special_ids(tokenizer) -> set[int]:
@@ -57,13 +66,22 @@ def encode_chat(
     where the template writes them unless `special_tokens`.
 
     Raises:
-        ConfigError: a message is not a {"role", "content"} mapping, the template refuses the
-            messages, or (only when a message holds special-token text) the template rewrites
-            message text beyond trimming it, so its place cannot be found.
+        ConfigError: a message is not a {"role", "content"} mapping, its role is not one of
+            `ROLES`, a field the template writes as markup (a name, a tool call, a tool
+            definition) holds special-token text, the template refuses the messages, or (only
+            when a message holds special-token text) the template rewrites message text beyond
+            trimming it, so its place cannot be found.
     """
     for i, m in enumerate(messages):
         if not (isinstance(m, Mapping) and "role" in m and "content" in m):
             raise ConfigError(f"message {i} is not a {{'role': ..., 'content': ...}} dict: {m!r}")
+        if m["role"] not in ROLES:
+            raise ConfigError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got "
+                              f"{m['role']!r}")  # fmt: skip
+    if not special_tokens:
+        markup = {"messages": [{k: v for k, v in m.items() if k != "content"} for m in messages],
+                  "tools": list(tools or ())}  # fmt: skip
+        _refuse_special_text(special_texts(tokenizer), markup, "")
     render = dict(tools=list(tools) if tools else None, generation_prompt=generation_prompt)
     text = render_chat(tokenizer, messages, **render)
     ids = list(tokenizer.encode(text, add_special_tokens=False))
@@ -104,6 +122,25 @@ def _holds_special_text(tokenizer, messages: Sequence[Mapping]) -> bool:
         and not special.isdisjoint(tokenizer.encode(m["content"], add_special_tokens=False))
         for m in messages
     )
+
+
+def _refuse_special_text(specials: list[str], value, where: str) -> None:
+    """Raise `ConfigError` naming the first string in `value` (nested lists and mappings, keys
+    included) that holds the text of one of `specials`."""
+    if isinstance(value, str):
+        found = next((s for s in specials if s in value), None)
+        if found is not None:
+            raise ConfigError(
+                f"{where} holds the special token {found!r}; special-token text is allowed only "
+                f"in message content (where it stays text)"
+            )
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _refuse_special_text(specials, key, where)
+            _refuse_special_text(specials, item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _refuse_special_text(specials, item, f"{where}[{i}]")
 
 
 def _content_spans(

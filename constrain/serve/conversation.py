@@ -18,12 +18,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from constrain.models.prompts import ROLES
 from constrain.serve.errors import RequestError
 from constrain.serve.tools import TemplateSupport, ToolFormat, write_calls
 
-__all__ = ["ROLES", "for_template", "read_messages"]
+__all__ = ["for_template", "read_messages"]
 
-ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 _RESULT_OPEN, _RESULT_CLOSE = "<tool_response>\n", "\n</tool_response>"
 _TEXT_PARTS = ("text", "input_text", "output_text")
 

@@ -12,6 +12,7 @@ The compiled constraints travel with the `Request`: the scheduler runs them as t
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -19,7 +20,7 @@ from functools import cached_property
 from typing import Any
 
 from constrain.constraints import ConstraintSpec
-from constrain.errors import ConstrainError, UnsupportedSchemaError
+from constrain.errors import Abandoned, ConstrainError, UnsupportedSchemaError, WorkLimitError
 from constrain.models.base import PromptIds
 from constrain.models.prompts import encode_chat, encode_text, render_chat
 from constrain.options import SMC, DecodingConfig, Speculative
@@ -28,6 +29,7 @@ from constrain.serve import conventions
 from constrain.serve import tools as toolbox
 from constrain.serve.conversation import for_template, read_messages
 from constrain.serve.errors import RequestError
+from constrain.serve.limits import Limits
 from constrain.serve.sections import AnswerPlan, Calls, Thinking
 
 __all__ = ["Served", "Request", "read_chat", "read_completion"]
@@ -66,9 +68,9 @@ class Served:
     model: Any  # a TransformersLM
     name: str
     max_tokens: int = 512  # default max_tokens of a request
-    max_n: int = 8
     timeout: float = 120.0  # default and longest decoding time of a request, seconds
     tool_format_name: str | None = None  # a registry name forcing the format (else derived)
+    limits: Limits = field(default_factory=Limits)
 
     @property
     def tokenizer(self):
@@ -119,6 +121,11 @@ class Request:
 def read_chat(body: Mapping, served: Served) -> Request:
     """A chat completions body, read (`RequestError` names what is wrong)."""
     _check_fields(body, _COMMON | _CHAT_ONLY, "chat completions")
+    _sequences(body, served)
+    limits = served.limits
+    for name, limit in (("messages", limits.max_messages), ("tools", limits.max_tools)):
+        if isinstance(body.get(name), list):
+            limits.check_count(name, len(body[name]), limit, f"--max-{name}")
     messages = read_messages(body.get("messages"))
     functions = toolbox.check_tools(body["tools"]) if body.get("tools") else []
     choice = _tool_choice(body.get("tool_choice"), functions)
@@ -130,12 +137,17 @@ def read_chat(body: Mapping, served: Served) -> Request:
         if functions and choice != "none" and not support.tools:
             messages = _with_system(messages, toolbox.tools_system_prompt(fmt, functions))
             tools_arg = None
+        chars = sum(len(json.dumps(m)) for m in messages) + len(json.dumps(tools_arg or []))
+        limits.check_prompt(chars, served.model.context_length, "messages")
         try:
             ids = encode_chat(served.tokenizer, messages, tools=tools_arg)
         except ConstrainError as exc:
-            raise RequestError(str(exc), "messages") from None
+            field = str(exc).split(" ", 1)[0]  # the field it names, if any
+            raise RequestError(str(exc), field if field[:5] in ("messa", "tools") else
+                               "messages") from None  # fmt: skip
     else:
         text = "\n\n".join(m["content"] or "" for m in messages)
+        limits.check_prompt(len(text), served.model.context_length, "messages")
         ids = encode_text(served.tokenizer, text)
     max_tokens = _positive_int(
         body, "max_completion_tokens", _positive_int(body, "max_tokens", served.max_tokens)
@@ -181,14 +193,35 @@ def read_chat(body: Mapping, served: Served) -> Request:
 def read_completion(body: Mapping, served: Served) -> Request:
     """A (legacy) completions body, read."""
     _check_fields(body, _COMMON | {"prompt", "echo", "suffix", "best_of"}, "completions")
+    _sequences(body, served)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise RequestError("prompt must be a string (one prompt per request)", "prompt")
+    served.limits.check_prompt(len(prompt), served.model.context_length, "prompt")
     ids = encode_text(served.tokenizer, prompt)
     max_tokens = _positive_int(body, "max_tokens", served.max_tokens)
     return _request("completion", body, served, PromptIds(tuple(ids)), max_tokens, None, None)
+
+
+def _sequences(body: Mapping, served: Served) -> int:
+    """The request's `n`, once `n` and n x `particles` are known to be within the limits
+    (read before any work they multiply)."""
+    n = _positive_int(body, "n", 1)
+    limits = served.limits
+    if n > limits.max_n:
+        raise RequestError(f"n is at most {limits.max_n} here (--max-n), got {n}", "n",
+                           code="limit_exceeded")  # fmt: skip
+    particles = _positive_int(body, "particles", 8) if body.get("sampler") == "smc" else 1
+    if n * particles > limits.max_sequences:
+        raise RequestError(
+            f"n x particles is {n} x {particles} = {n * particles} sequences; this server "
+            f"decodes at most {limits.max_sequences} for one request (--max-sequences)",
+            "particles" if particles > 1 else "n",
+            code="limit_exceeded",
+        )
+    return n
 
 
 def _request(kind, body, served, prompt, max_tokens, thinking, calls) -> Request:
@@ -228,12 +261,11 @@ def _request(kind, body, served, prompt, max_tokens, thinking, calls) -> Request
         config.fit_max_tokens,
         max_tokens,
     )
-    n = _positive_int(body, "n", 1)
-    if n > served.max_n:
-        raise RequestError(f"n is at most {served.max_n} here, got {n}", "n")
+    n = _sequences(body, served)
     seed = body.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise RequestError(f"seed must be an integer, got {seed!r}", "seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)
+                             or not 0 <= seed < 2**63):  # fmt: skip
+        raise RequestError(f"seed must be an integer in [0, 2**63), got {seed!r}", "seed")
     stream = _flag(body, "stream", False)
     options = body.get("stream_options")
     if options is not None and not isinstance(options, Mapping):
@@ -351,6 +383,10 @@ def _compile(spec: ConstraintSpec, served: Served, param: str, syntax: str | Non
     read in)."""
     try:
         return spec.constraint(served.model.vocab)
+    except Abandoned:
+        raise
+    except WorkLimitError as exc:
+        raise RequestError(f"{param}: {exc}", param, code="work_limit_exceeded") from None
     except UnsupportedSchemaError as exc:
         pointer = exc.pointer or "#"
         raise RequestError(str(exc), f"{param}{'' if pointer == '#' else pointer.lstrip('#')}",
@@ -438,7 +474,7 @@ def _logprobs(body: Mapping, kind: str) -> tuple[bool, int]:
             raise RequestError("logprobs must be an integer in [0, 20]", "logprobs")
         return True, value
     top = body.get("top_logprobs")
-    if top is not None and (not isinstance(top, int) or not 0 <= top <= 20):
+    if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20):
         raise RequestError("top_logprobs must be an integer in [0, 20]", "top_logprobs")
     if top and not value:
         raise RequestError("top_logprobs needs logprobs: true", "top_logprobs")

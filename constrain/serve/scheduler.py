@@ -94,16 +94,22 @@ class Scheduler:
         self.stopped = False
         self.thread = threading.Thread(target=self._loop, name="constrain-scheduler", daemon=True)
         self.trim_heap, self.trimmed_at, self.untrimmed = _heap_trimmer(), 0.0, False
+        self.busy_since: float | None = None  # time.monotonic() when the current step began
 
     def start(self) -> None:
         gc.freeze()  # the model and the compiled constraints stay: full collections skip them
         self.thread.start()
 
     def stop(self) -> None:
+        """Stop the thread after its current step; the requests still waiting or running
+        are answered with a 503."""
         with self.wake:
             self.stopped = True
             self.wake.notify()
         self.thread.join(timeout=30)
+        gone = RequestError("the server is shutting down", status=503, code="shutting_down")
+        for ticket in [*self.waiting, *self.running]:
+            ticket.send(Update(error=gone))
 
     def submit(self, ticket: Ticket) -> None:
         """Queue `ticket`; `RequestError` 429 when the queue is full."""
@@ -138,18 +144,20 @@ class Scheduler:
                 admitted = []
                 while self.waiting and len(self.running) + len(admitted) < self.max_running:
                     admitted.append(self.waiting.popleft())
+            self.busy_since = time.monotonic()
             for ticket in admitted:
                 self._admit(ticket)
             self.metrics.queue_depth = len(self.waiting)
-            if not self.batch.jobs:
-                continue
             try:
-                self._step()
+                if self.batch.jobs:
+                    self._step()
             except Exception as exc:  # a bug: fail the requests in flight, keep serving
                 for ticket in self.running:
                     ticket.send(Update(error=exc))
                     self.metrics.failed += 1
                 self.running, self.batch = [], Batch()
+            finally:
+                self.busy_since = None
 
     def _trim(self, idle: bool) -> None:
         """Return freed heap pages to the system: when the server goes idle, and between

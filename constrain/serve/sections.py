@@ -35,6 +35,7 @@ from functools import cached_property
 from constrain.constraints import Constraint, ConstraintSpec
 from constrain.decoding import Sequence as Generation
 from constrain.engine.vocab import Vocabulary
+from constrain.fuel import stage
 from constrain.serve.tools import ToolFormat
 
 __all__ = ["Answer", "AnswerPlan", "Calls", "Thinking", "regex_literal", "not_starting_with"]
@@ -136,6 +137,52 @@ class AnswerPlan:
             return self.shortest_call if self.calls.choice == "required" else 0
         return self.content.shortest_tokens() or 0
 
+    @cached_property
+    def thought(self) -> Constraint:
+        """The thinking section's: any text, then the end marker."""
+        return self.constraint("(?:.|\\n)*" + regex_literal(self.thinking.close))
+
+    @cached_property
+    def deciding(self) -> Constraint:
+        """Under ``tool_choice="auto"``, the start of the answer: a call's trigger, or text
+        not starting with it."""
+        trigger = self.calls.trigger
+        return self.constraint(f"{regex_literal(trigger)}|{not_starting_with(trigger)}")
+
+    @cached_property
+    def after_call(self) -> Constraint:
+        """After a call: the wrapper's close, then perhaps the opening of another call."""
+        f = self.calls.format
+        return self.constraint(f"{regex_literal(f.close)}(?:{regex_literal(f.separator + f.open)})?")
+
+    @cached_property
+    def between_calls(self) -> int:
+        """Tokens of the wrapper between two calls."""
+        f = self.calls.format
+        return self.constraint(regex_literal(f.close + f.separator + f.open)).shortest_tokens() or 0
+
+    def prepare(self) -> None:
+        """Plan now what the first steps would otherwise plan on the scheduler's thread: the
+        sections' constraints compiled, their shortest completions, their first masks (in the
+        thread that prepares the request, under its fuel)."""
+        first = [self.content]
+        with stage("planning the shortest completions"):
+            if self.thinking is not None:
+                first.append(self.thought)
+                self.after_thinking  # noqa: B018 (cached)
+            if self.calls is not None:
+                first.append(self.calls.body)
+                self.shortest_call  # noqa: B018
+                if self.calls.parallel and not self.calls.format.list_body:
+                    first.append(self.after_call)
+                    self.between_calls  # noqa: B018
+                if self.calls.choice == "auto":
+                    first.append(self.deciding)
+            self.content.shortest_tokens()
+        with stage("building the first masks"):
+            for constraint in first:
+                constraint.start(self.max_tokens if self.budget else None).bitmask()
+
 
 @dataclass
 class Answer:
@@ -159,8 +206,7 @@ class Answer:
         p = self.plan
         if p.thinking is not None:
             opening = [] if p.thinking.opened_by_prompt else p.encode(p.thinking.open)
-            thought = p.constraint("(?:.|\\n)*" + regex_literal(p.thinking.close))
-            self._enter(s, "thinking", opening, thought, budget=False)
+            self._enter(s, "thinking", opening, p.thought, budget=False)
             return
         self._after_thinking(s, [])
 
@@ -173,9 +219,7 @@ class Answer:
         elif len(s.tokens) + len(forced) + self.plan.shortest_call > self.plan.max_tokens:
             self._enter(s, "content", forced, self.plan.content)  # no call fits: text
         else:
-            trigger = regex_literal(calls.trigger)
-            deciding = self.plan.constraint(f"{trigger}|{not_starting_with(calls.trigger)}")
-            self._enter(s, "deciding", forced, deciding, budget=False)
+            self._enter(s, "deciding", forced, self.plan.deciding, budget=False)
 
     def _enter(
         self,
@@ -289,10 +333,7 @@ class Answer:
             s.finish("tool_calls")
             self.section = "done"
             return
-        more = self.plan.constraint(
-            f"{regex_literal(f.close)}(?:{regex_literal(f.separator + f.open)})?"
-        )
-        self._enter(s, "next_call", [], more, reserve=calls.shortest_body)
+        self._enter(s, "next_call", [], self.plan.after_call, reserve=calls.shortest_body)
 
     def _repeats_a_call(self, s: Generation, span: tuple[int, int]) -> bool:
         """Whether the call body at `span` is, as JSON, one the answer has made already."""
@@ -303,9 +344,7 @@ class Answer:
 
     def _another_call_fits(self, s: Generation) -> bool:
         """Whether the tokens left hold the wrapper between two calls and the shortest call."""
-        f, calls = self.plan.calls.format, self.plan.calls
-        wrapper = self.plan.constraint(regex_literal(f.close + f.separator + f.open))
-        need = (wrapper.shortest_tokens() or 0) + calls.shortest_body
+        need = self.plan.between_calls + self.plan.calls.shortest_body
         return len(s.tokens) + need <= self.plan.max_tokens
 
     def _in_next_call(self, s: Generation) -> None:
