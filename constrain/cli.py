@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -201,17 +203,31 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return jsonschemabench.main(args.rest) or 0
 
 
+class _Printed(logging.Handler):
+    """The server's warnings (a public address without a key) printed on stderr, as the
+    command's own (``constrain: warning: ...``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"constrain: {record.levelname.lower()}: {record.getMessage()}", file=sys.stderr)
+
+
+_PRINTED = _Printed(logging.WARNING)
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         from constrain import serve
     except ImportError as exc:  # pragma: no cover - the extra is missing
         raise ConfigError(f"constrain serve needs the serve extra: pip install 'constrain[serve]' "
                           f"({exc})") from None  # fmt: skip
+    logging.getLogger("constrain.serve").addHandler(_PRINTED)  # once: the same handler
     serve.run(
         args.model, host=args.host, port=args.port, device=args.device, name=args.name,
         log_level=args.log_level,
         max_running=args.max_running, max_queue=args.max_queue, max_tokens=args.max_tokens,
         timeout=args.timeout, tool_format=args.tool_format,
+        api_key=args.api_key or os.environ.get("CONSTRAIN_API_KEY") or None,
+        allowed_hosts=args.allowed_hosts, allowed_origins=args.allowed_origins, docs=args.docs,
     )  # fmt: skip
     return 0
 
@@ -296,6 +312,19 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--timeout", type=float, default=120.0, help="seconds per request, at most")
     srv.add_argument("--tool-format", default=None, help="hermes | llama3 | mistral (default: "
                      "derived from the chat template)")  # fmt: skip
+    access = srv.add_argument_group("access (docs/serving.md#security)")
+    access.add_argument("--api-key", default=None, metavar="KEY",
+                        help="every request but /health sends Authorization: Bearer KEY "
+                        "(default: the environment's CONSTRAIN_API_KEY, else none)")  # fmt: skip
+    access.add_argument("--allowed-hosts", default=None, metavar="HOST,...",
+                        help="Host names served beside localhost, 127.0.0.1 and [::1] ('*': "
+                        "any; default on a non-loopback --host: any with --api-key, else also "
+                        "IP addresses)")  # fmt: skip
+    access.add_argument("--allowed-origins", default=None, metavar="ORIGIN,...",
+                        help="web origins whose pages may call the server, with CORS headers "
+                        "('*': any; default: none, other origins are refused)")  # fmt: skip
+    access.add_argument("--docs", action="store_true",
+                        help="serve /docs, /redoc and /openapi.json (default: off)")  # fmt: skip
     srv.set_defaults(run=_cmd_serve)
 
     models = sub.add_parser("models", help="list the bundled models and the cache")

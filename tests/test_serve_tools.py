@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 from chat_templates import HERMES_TEMPLATE, MISTRAL_TEMPLATE, TEMPLATES, TOOLS, WEATHER
 from jsonschema import Draft202012Validator
@@ -310,8 +311,31 @@ def test_check_tools_names_the_bad_field(tools, param):
     assert caught.value.status == 400
 
 
-def test_check_tools_accepts_boolean_parameters():
-    assert check_tools([tool(name="any", parameters=True)])[0]["parameters"] is True
+@pytest.mark.parametrize(
+    "parameters, valid, invalid",
+    [
+        (True, [{}, {"a": 1}], ["Paris", 1, [], None]),
+        ({"properties": {"a": {"type": "integer"}}}, [{}, {"a": 1}], ["Paris", 1, {"a": "x"}]),
+        ({"type": ["object", "null"]}, [{}, {"b": [1]}], [None, "x"]),
+    ],
+)
+def test_tool_arguments_are_always_an_object(parameters, valid, invalid):
+    """A schema admitting more than objects is narrowed to its objects (the oracle:
+    `jsonschema` on the original schema, and the value being an object)."""
+    narrowed = check_tools([tool(name="f", parameters=parameters)])[0]["parameters"]
+    for value in valid + invalid:
+        original = jsonschema.Draft202012Validator(parameters).is_valid(value)
+        expected = original and isinstance(value, dict)
+        assert jsonschema.Draft202012Validator(narrowed).is_valid(value) == expected, value
+        assert expected == (value in valid)
+
+
+@pytest.mark.parametrize("parameters", [{"type": "string"}, {"type": ["array", "null"]}, False])
+def test_tool_parameters_admitting_no_object_are_refused(parameters):
+    with pytest.raises(RequestError) as caught:
+        check_tools([tool(name="f", parameters=parameters)])
+    assert caught.value.param.startswith("tools[0].function.parameters")
+    assert caught.value.status == 400
 
 
 # -- describing tools in a system message -------------------------------------------------

@@ -3,8 +3,9 @@
     constrain serve [MODEL] --host 127.0.0.1 --port 8000
 
 `build(model, ...)` makes the application (`constrain.serve.app`) around a `Scheduler` that
-batches every request's sequences in one decoding loop; `run(...)` serves it with uvicorn.
-See docs/serving.md.
+batches every request's sequences in one decoding loop, behind the checks of
+`constrain.serve.access` (API key, Host, Origin, JSON bodies); `run(...)` serves it with
+uvicorn. See docs/serving.md.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ def build(
     max_tokens: int = 512,
     timeout: float = 120.0,
     tool_format: str | None = None,
+    host: str = "127.0.0.1",
+    api_key: str | None = None,
+    allowed_hosts: str | list[str] | None = None,
+    allowed_origins: str | list[str] | None = None,
+    docs: bool = False,
 ):
     """The FastAPI application serving a loaded `model` (a `TransformersLM`).
 
@@ -43,7 +49,18 @@ def build(
         timeout: a request's default and longest decoding time, in seconds.
         tool_format: force a registry tool-call format ("hermes", "llama3", "mistral")
             instead of deriving it from the chat template.
+        host: the address the server will bind (`run` and `serving` pass theirs): the Host
+            check's default and the warning for a public address without a key go by it.
+        api_key: the key every request but /health must send as ``Authorization: Bearer``
+            (default: none).
+        allowed_hosts: Host names served beside the loopback names (comma-separated text or
+            a list; ``*``: any). Default: the loopback names on a loopback address; on
+            another, any host with an `api_key`, else the loopback names and IP addresses.
+        allowed_origins: web origins whose pages may call the server, with CORS headers
+            (``*``: any). Default: none; a request from another origin is refused (403).
+        docs: serve FastAPI's /docs, /redoc and /openapi.json (default: off).
     """
+    from constrain.serve.access import Access
     from constrain.serve.app import create_app
     from constrain.serve.protocol import Served
     from constrain.serve.scheduler import Scheduler
@@ -51,7 +68,9 @@ def build(
     served = Served(model, name or model.name, max_tokens=max_tokens, timeout=timeout,
                     tool_format_name=tool_format)  # fmt: skip
     scheduler = Scheduler(model, max_running=max_running, max_queue=max_queue)
-    return create_app(served, scheduler)
+    access = Access.of(host, api_key=api_key, allowed_hosts=allowed_hosts,
+                       allowed_origins=allowed_origins, docs=docs)  # fmt: skip
+    return create_app(served, scheduler, access)
 
 
 def run(model_name: str | None = None, *, host: str = "127.0.0.1", port: int = 8000,
@@ -63,7 +82,7 @@ def run(model_name: str | None = None, *, host: str = "127.0.0.1", port: int = 8
     from constrain.models import load_model
 
     model = load_model(model_name, device=device)
-    uvicorn.run(build(model, **options), host=host, port=port, log_level=log_level)
+    uvicorn.run(build(model, host=host, **options), host=host, port=port, log_level=log_level)
 
 
 @contextlib.contextmanager
@@ -73,7 +92,8 @@ def serving(model, *, host: str = "127.0.0.1", port: int = 0, **options) -> Iter
     benchmarks and notebooks; `run` is the command line's."""
     import uvicorn
 
-    config = uvicorn.Config(build(model, **options), host=host, port=port, log_level="warning")
+    app = build(model, host=host, **options)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="constrain-http", daemon=True)
     thread.start()
@@ -94,7 +114,8 @@ def serving(model, *, host: str = "127.0.0.1", port: int = 0, **options) -> Iter
 def spawned(model_name: str | None = None, **options) -> Iterator[tuple[str, int]]:
     """Run ``constrain serve`` as a child process on a free loopback port while the block
     runs, as users run it; yields (base URL, its pid). `options` are the command's
-    (``max_running=1`` is ``--max-running 1``)."""
+    (``max_running=1`` is ``--max-running 1``, ``docs=True`` is ``--docs``, a list is
+    comma-separated)."""
     import httpx
 
     with socket.socket() as probe:
@@ -109,7 +130,12 @@ def spawned(model_name: str | None = None, **options) -> Iterator[tuple[str, int
     ]
     command += ["--port", str(port), "--log-level", "warning"]
     for key, value in options.items():
-        command += [f"--{key.replace('_', '-')}", str(value)]
+        flag = f"--{key.replace('_', '-')}"
+        if isinstance(value, bool) or value is None:
+            command += [flag] if value else []
+        else:
+            text = ",".join(value) if isinstance(value, (list, tuple)) else str(value)
+            command += [flag, text]
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

@@ -7,7 +7,8 @@ Bodies are read by `constrain.serve.protocol` (in a worker thread: compiling a s
 stalls the event loop), queued on the scheduler, and answered in OpenAI's shapes, streamed as
 server-sent events (``data: {...}``, then ``data: [DONE]``) when asked. A client that goes
 away, streaming or not, cancels its request. Every error, ours or the framework's (an
-unknown path, a wrong method), is OpenAI's error object.
+unknown path, a wrong method), is OpenAI's error object. Before any of this, a request passes
+`constrain.serve.access`'s checks (Host, Origin, API key, JSON content type).
 """
 
 import asyncio
@@ -20,6 +21,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from constrain.constraints.spec import compiled_constraints
+from constrain.serve.access import Access
 from constrain.serve.errors import RequestError
 from constrain.serve.protocol import Request, Served, read_chat, read_completion
 from constrain.serve.reply import ChatReply, as_request_error
@@ -29,9 +31,10 @@ from constrain.serve.scheduler import Scheduler, Ticket
 __all__ = ["create_app"]
 
 
-def create_app(served: Served, scheduler: Scheduler):
+def create_app(served: Served, scheduler: Scheduler, access: Access | None = None):
     """The FastAPI application serving `served` through `scheduler` (started and stopped
-    with the application)."""
+    with the application), behind `access`'s checks (default: a loopback server's)."""
+    access = access or Access()
 
     @asynccontextmanager
     async def lifespan(app):
@@ -39,7 +42,7 @@ def create_app(served: Served, scheduler: Scheduler):
         yield
         scheduler.stop()
 
-    app = FastAPI(title="constrain", lifespan=lifespan)
+    app = FastAPI(title="constrain", lifespan=lifespan, **access.documentation())
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(http: HTTPRequest, exc: StarletteHTTPException):
@@ -129,6 +132,7 @@ def create_app(served: Served, scheduler: Scheduler):
         text = scheduler.metrics.text(cache.hits, cache.misses, held)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
+    access.install(app)
     return app
 
 

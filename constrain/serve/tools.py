@@ -427,6 +427,25 @@ def template_support(tokenizer, format_name: str | None = None) -> TemplateSuppo
 # -- requests: the tools, their schema, the calls -----------------------------------------
 
 
+def _object_parameters(parameters: Mapping | bool, where: str) -> dict:
+    """`parameters` narrowed to JSON objects: a call's arguments are always an object, as
+    OpenAI requires. A schema whose `type` admits no object is refused; one that admits other
+    values too gets ``"type": "object"`` (keywords are conjuncts, so this is the
+    intersection)."""
+    if parameters is True:
+        return dict(_EMPTY_PARAMETERS)
+    if parameters is False:
+        raise RequestError(f"{where} is false: no arguments would be valid", where)
+    kind = parameters.get("type")
+    if kind is None or kind == "object" or (isinstance(kind, list) and "object" in kind):
+        return {**parameters, "type": "object"}
+    raise RequestError(
+        f"{where} must describe a JSON object (the arguments are one), got type {kind!r}; "
+        f"wrap the value in an object property",
+        f"{where}.type",
+    )
+
+
 def _check_function(function: Any, where: str, seen: set[str]) -> dict:
     """One tool's validated function dict ({"name", "description"?, "parameters", "strict"?});
     `seen` collects the names so far (a duplicate is an error)."""
@@ -452,7 +471,7 @@ def _check_function(function: Any, where: str, seen: set[str]) -> dict:
             f"{where}.parameters must be a JSON Schema (an object or a boolean)",
             f"{where}.parameters",
         )
-    out["parameters"] = dict(parameters) if isinstance(parameters, Mapping) else parameters
+    out["parameters"] = _object_parameters(parameters, f"{where}.parameters")
     if "strict" in function:
         if not isinstance(function["strict"], bool):
             raise RequestError(f"{where}.strict must be a boolean", f"{where}.strict")
@@ -468,7 +487,9 @@ def check_tools(tools: Any) -> list[dict]:
     Raises:
         RequestError: naming the field, e.g. param "tools[1].function.name" (missing, not a
             string, not matching ``^[A-Za-z0-9_-]{1,64}$``, or a duplicate), "tools[0].type"
-            (not "function"), "tools[0].function.parameters" (not an object or boolean).
+            (not "function"), "tools[0].function.parameters" (not an object or boolean, or
+            false), "tools[0].function.parameters.type" (admitting no object; arguments are
+            always an object: a schema admitting more is narrowed to its objects).
     """
     if tools is None:
         return []
