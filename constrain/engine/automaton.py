@@ -30,6 +30,7 @@ from constrain.engine.engines import resolve_engine
 from constrain.engine.regex import ByteDFA
 from constrain.engine.slices import admits
 from constrain.engine.vocab import TokenTrie, Vocabulary
+from constrain.fuel import burn
 
 
 class Automaton(Protocol):
@@ -152,8 +153,11 @@ class DFAAutomaton:
 
     def token_ids(self, state: int, trie: TokenTrie) -> np.ndarray:
         if self.engine == "python":
-            return trie.tokens_read_by(self._table, state)
-        return self._native().tokens(trie.native, state)
+            found = trie.tokens_read_by(self._table, state)
+        else:
+            found = self._native().tokens(trie.native, state)
+        burn(1 + len(found) // 16)  # the active fuel: the walk, after the fact
+        return found
 
     def _native(self):
         if self._native_table is None:

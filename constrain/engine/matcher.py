@@ -33,12 +33,14 @@ from constrain.engine.grammar.ir import token_id_reference
 from constrain.engine.slices import slices_of
 from constrain.engine.vocab import Vocabulary
 from constrain.errors import GrammarError, InvalidTokenError, VocabularyError
+from constrain.fuel import burn
 
 __all__ = ["FINISHED", "Matcher", "TokenAutomaton", "TokenMatcher", "advance_many"]
 
 FINISHED: Hashable = object()  # the state after EOS
 _MAX_FORCED_BACKOFF = 3  # forced tokens dropped at most from the end (token healing)
 _MAX_CACHED_STEPS = 2**18  # token transitions remembered per automaton
+_IDS_PER_UNIT = 64  # ids of a mask (allocated, packed, ORed, slices tested) per unit burnt
 
 
 class TokenMatcher(Protocol):
@@ -156,6 +158,7 @@ class TokenAutomaton:
                 f"bytes {expected!r} but no text token starts with them"
             )
         packed.flags.writeable = False
+        burn(1 + size // _IDS_PER_UNIT)  # the active fuel, before the mask is kept
         self.masks[state] = packed
         return packed
 

@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from constrain.engine.regex import ByteDFA, combine, is_empty_combination
 from constrain.errors import RegexError
+from constrain.fuel import burn
 from constrain.jsonschema.shapes import (
     ANY,
     ANY_ARRAY,
@@ -78,12 +79,16 @@ class ShapeAlgebra:
 
     # -- the deadline -----------------------------------------------------------------------------
 
-    def time_left(self) -> float:
-        """Seconds left before the compilation's deadline.
+    def time_left(self, units: int = 1) -> float:
+        """Seconds left before the compilation's deadline, after burning `units` of the active
+        fuel for the step about to be taken (a few microseconds of bookkeeping: the automata
+        it builds burn their own work).
 
         Raises:
             CompileTimeout: none are left.
+            WorkLimitError, Abandoned: from the active fuel (`constrain.fuel`).
         """
+        burn(units)
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise CompileTimeout

@@ -32,6 +32,7 @@ from constrain.engine.regex import (
     repeat_unit,
 )
 from constrain.errors import GrammarError, UnsupportedSchemaError
+from constrain.fuel import burn
 from constrain.jsonschema.algebra import CompileTimeout, ShapeAlgebra
 from constrain.jsonschema.checks import JsonChecks, checks_for
 from constrain.jsonschema.layout import WHITESPACE, Layout, layout_of
@@ -99,6 +100,7 @@ class _Emitter:
     # -- symbols --------------------------------------------------------------------------------
 
     def add(self, lhs: str, rhs: tuple[str, ...]) -> None:
+        burn(4 + 4 * len(rhs))  # the active fuel: a rule and the names it was built with
         self.rules.append(Rule(lhs, rhs))
         self.defined.add(lhs)
         if len(self.rules) > self.max_rules:

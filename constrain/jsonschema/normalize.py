@@ -29,7 +29,7 @@ from constrain.engine.regex import (
     quoted,
     syntax_chars,
 )
-from constrain.errors import RegexError, UnsupportedSchemaError
+from constrain.errors import Abandoned, RegexError, UnsupportedSchemaError, WorkLimitError
 from constrain.jsonschema.algebra import ShapeAlgebra
 from constrain.jsonschema.formats import FORMATS, format_dfa
 from constrain.jsonschema.keywords import SPEC_FORMATS
@@ -195,6 +195,7 @@ class Normalizer:
             raise UnsupportedSchemaError(
                 f"schema nesting deeper than {self.max_depth}", None, pointer
             )
+        self.algebra.time_left(8 * len(schema))  # its keywords read: several units each
         placeholder = self.pending[key] = Shape(pointer or "#")
         self.depth += 1
         try:
@@ -446,6 +447,8 @@ class Normalizer:
                 raise UnsupportedSchemaError("multipleOf must be > 0", "multipleOf", ptr)
             try:
                 dfa = algebra.dfa_and(dfa, multiple_of_dfa(step))
+            except (WorkLimitError, Abandoned):  # ValueErrors too, but not the step's
+                raise
             except ValueError as exc:
                 self.unsupported(str(exc), "multipleOf", ptr)
         return dfa

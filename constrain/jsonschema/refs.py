@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
 from constrain.errors import UnsupportedSchemaError
+from constrain.fuel import burn
 
 __all__ = ["DOCUMENT_BASE", "Location", "Resources"]
 
@@ -54,6 +55,7 @@ class Resources:
             return
         if not isinstance(node, Mapping):
             return
+        burn(1 + len(node))  # the document is walked once: a unit per key
         ident = node.get("$id", node.get("id") if self.legacy_ids else None)
         if isinstance(ident, str):
             target, fragment = urldefrag(_join(base, ident))

@@ -28,6 +28,7 @@ from constrain.engine.regex import (
     quoted,
     repeat_unit,
 )
+from constrain.fuel import burn
 from constrain.jsonschema.numbers import NUMBER
 
 __all__ = [
@@ -303,6 +304,7 @@ def dfa_strings(dfa: ByteDFA, limit: int) -> list[bytes] | None:
     stack = [(dfa.start, b"", frozenset([dfa.start]))]
     while stack:
         state, text, path = stack.pop()
+        burn(4)  # the active fuel: a state's row scanned
         if accepting[state]:
             found.append(text)
             if len(found) > limit:

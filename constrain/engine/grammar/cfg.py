@@ -43,6 +43,7 @@ from constrain.engine.grammar.lexers import make_lexer
 from constrain.engine.grammar.lint import check_lexeme_ends
 from constrain.engine.regex import ByteDFA
 from constrain.engine.vocab import TokenTrie
+from constrain.fuel import burn
 
 __all__ = ["CFGAutomaton"]
 
@@ -224,6 +225,7 @@ class CFGAutomaton:
             node, key, start, starts, end_at_start = stack.pop()
             piece = cache.get(key)
             if piece is None:
+                burn(1)  # the active fuel (the walk burns its own work)
                 piece = cache[key] = self.lexer.walk(trie, start, starts, end_at_start)
             found.append(piece.tokens)
             for tags, children in piece.groups:

@@ -15,6 +15,9 @@ scanning builds the item set and returns the existing node when one is equal. Co
   reused;
 * a sequence's parse is a path of nodes, so rollback is popping and fork is copying pointers.
 
+Building a node burns the active fuel (`constrain.fuel`): a unit per item, before the node is
+interned, so a parse stopped by its fuel leaves no half-built node behind.
+
 Invariant: every nonterminal is productive (`GrammarIR.validated` prunes the rest), so every item
 in a node can be completed and a node with items always has a continuation in the language.
 """
@@ -22,6 +25,7 @@ in a node can be completed and a node with items always has a continuation in th
 from __future__ import annotations
 
 from constrain.engine.grammar.ir import GrammarIR, derivable
+from constrain.fuel import burn
 
 __all__ = ["ChartNode", "EarleyParser", "items_waiting"]
 
@@ -49,6 +53,7 @@ class EarleyParser:
     """The grammar compiled to dotted rules; builds and interns `ChartNode`s."""
 
     def __init__(self, ir: GrammarIR, lexeme_ids: dict[str, int]):
+        burn(sum(1 + len(r.rhs) for r in ir.rules))  # the active fuel: the dotted rules
         nts = sorted(ir.nonterminals() | {_SUPER_START})
         nt_id = {n: i for i, n in enumerate(nts)}
         rules = [(_SUPER_START, (ir.start,))] + [(r.lhs, r.rhs) for r in ir.rules]
@@ -124,6 +129,7 @@ class EarleyParser:
                     self._add_prediction(sym, items, predicted)
                 if nullable[sym]:
                     agenda.append((d + 1, origin))
+        burn(1 + len(items) + len(kernel))
         key = frozenset(items)
         node = self._interned.get(key)
         if node is None:
@@ -159,6 +165,7 @@ class EarleyParser:
                     if not self.nullable[sym]:
                         break
                     d += 1
+        burn(1 + len(items))
         return dict.fromkeys((d, None) for d in items), frozenset(predicted)
 
 

@@ -69,6 +69,7 @@ import numpy as np
 from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule, derivable, repeat
 from constrain.engine.regex import combine, compile_regex, dfa_from_code_points, dfa_from_strings
 from constrain.errors import GrammarError, RegexError
+from constrain.fuel import burn
 
 __all__ = [
     "AnyChar",
@@ -298,7 +299,9 @@ class _Parser:
         while self.i < len(self.text):
             if time.monotonic() > self.deadline:
                 raise _time_limit(self.timeout, f"while parsing (line {self.where(self.i)[0]})")
+            at = self.i
             rule = self.rule()
+            burn(1 + self.i - at)  # the active fuel: a unit per character parsed
             _check_depth(rule, self.text)
             if rule.name in rules:
                 first = rules[rule.name].at[0]
@@ -824,6 +827,7 @@ class _Translator:
         for rule in self.grammar.rules.values():
             if time.monotonic() > self.deadline:
                 raise _time_limit(self.timeout, f"at rule {rule.name!r}")
+            burn(1 + len(rule.body.options))
             options = self.unit_of(rule.body)
             if options is None:
                 options = [self.symbols(option, rule.name) for option in rule.body.options]
@@ -1156,6 +1160,7 @@ def _overrunning(ir: GrammarIR, translator: _Translator) -> set[str]:
             raise _time_limit(translator.timeout, "checking the lexemes")
         ys = by_first[x in literals]
         candidates = {y for b in np.flatnonzero(first_rows[x]).tolist() for y in ys.get(b, ())}
+        burn(1 + len(candidates))
         bytes_after = _mask(bits) if candidates else None
         for y in candidates:
             if units[y] in found:

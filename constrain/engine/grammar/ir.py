@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 from constrain.engine.regex import ByteDFA, compile_regex, dfa_from_byte_classes, dfa_from_strings
 from constrain.errors import GrammarError, RegexError
+from constrain.fuel import burn
 
 __all__ = ["GrammarIR", "Lexeme", "Rule", "repeat", "token_id_reference"]
 
@@ -112,6 +113,7 @@ class GrammarIR:
             GrammarError: an unknown symbol (named, with the rule using it), a lexeme matching
                 the empty string or nothing at all, or an empty language.
         """
+        burn(sum(1 + len(r.rhs) for r in self.rules))  # the active fuel: a few passes
         nonterminals = self.nonterminals()
         if self.start not in nonterminals:
             raise GrammarError(f"the start rule {self.start!r} is not defined")

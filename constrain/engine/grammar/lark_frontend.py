@@ -17,6 +17,11 @@ to: ``%import`` resolves only in the directories the caller lists, then the gram
 (grammars/) and lark's own grammars (``common`` ...), never against the current directory, and
 an import found nowhere is a `GrammarError` naming it and its line. The regex terminals are
 compiled here, within the compilation's deadline.
+
+lark's loading can take time and memory exponential in the text (terminals that double:
+``T1: T0 T0``, ``T2: T1 T1``, ...), and lark checks no limit, so it is metered by its Python
+calls (`constrain.fuel.Fuel.metering_calls`): against the active fuel when there is one, else
+against `LARK_MAX_CALLS`.
 """
 
 from __future__ import annotations
@@ -33,9 +38,29 @@ from constrain import datadirs
 from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule
 from constrain.engine.grammar.keywords import mark_keywords
 from constrain.engine.regex import compile_regex, syntax_chars
-from constrain.errors import GrammarError, RegexError
+from constrain.errors import Abandoned, GrammarError, RegexError, WorkLimitError
+from constrain.fuel import Fuel, stage
 
-__all__ = ["ImportResolver", "ir_from_lark", "read_lark"]
+__all__ = ["LARK_MAX_CALLS", "ImportResolver", "ir_from_lark", "read_lark"]
+
+# Python calls lark's loading may make without an active fuel. lark's own python.lark takes
+# 235k, the grammar library at most 85k (docs/limits.md); a grammar of doubling terminals
+# takes twice as many per level (20 levels would take 280 s and 6 GB): it fails after about
+# 6 s instead. Imports found by `ImportResolver` are read within the count.
+LARK_MAX_CALLS = 2_000_000
+
+# loaded once per process before any grammar is metered: lark builds its own parser on its
+# first load (~400k calls) and Python fills per-class caches on first use, which would
+# otherwise be counted against the first grammar only
+_WARM_UP = """
+start: item+ | "[" item ("," item)* "]"
+?item: WORD -> word
+    | NUMBER
+WORD: /[a-z]+/
+%import common.NUMBER
+%import common.WS
+%ignore WS
+"""
 
 # lark's lazy common terminals and exact longest-match equivalents (`.` excludes \n in lark too)
 _EXACT_COMMON = {
@@ -54,6 +79,44 @@ def _common_patterns() -> dict[str, str]:
     grammar, _ = load_grammar(text, "<common>", None, False)
     terminals, _, _ = grammar.compile(["start"], set())
     return {t.pattern.to_regexp(): _EXACT_COMMON[t.name] for t in terminals}
+
+
+@lru_cache(maxsize=1)
+def _warm_lark() -> None:
+    """Make lark's one-time work (see `_WARM_UP`) outside any meter."""
+    from lark.load_grammar import load_grammar
+
+    _common_patterns()
+    grammar, _ = load_grammar(_WARM_UP, "<warm-up>", None, False)
+    grammar.compile(["start"], set())
+
+
+def _load(text: str, source: str, resolver: ImportResolver, start: str):
+    """lark's loading of `text`: (terminals, rules, ignored names), metered (see the module
+    docstring)."""
+    from lark.load_grammar import load_grammar
+
+    _warm_lark()
+    with stage("loading the Lark grammar") as active:
+        meter = active or Fuel(LARK_MAX_CALLS, limit="LARK_MAX_CALLS")
+        try:
+            with meter.metering_calls():
+                grammar, _ = load_grammar(text, source, [resolver], False)
+                return grammar.compile([start], set())
+        except Exception:
+            # lark may wrap the meter's error (a transformer's VisitError) or fail on the
+            # state it left: the meter says first whether it stopped the loading
+            try:
+                meter.burn(0)
+            except WorkLimitError:
+                if active is not None:
+                    raise
+                raise GrammarError(
+                    f"lark's loading of the grammar needs more than {LARK_MAX_CALLS:,} Python "
+                    f"calls (LARK_MAX_CALLS); terminals built from copies of other terminals "
+                    f"(T1: T0 T0, T2: T1 T1, ...) grow exponentially: simplify the grammar"
+                ) from None
+            raise
 
 
 def _has_lazy_quantifier(regex: str) -> bool:
@@ -214,14 +277,12 @@ def ir_from_lark(
             terminal has no special token.
     """
     from lark.exceptions import LarkError
-    from lark.load_grammar import load_grammar
 
     deadline = time.monotonic() + timeout
     resolver = ImportResolver(import_paths, text=text)
     try:
-        grammar, _ = load_grammar(text, source, [resolver], False)
-        terminals, rules, ignore = grammar.compile([start], set())
-    except GrammarError:  # an import found nowhere (see `ImportResolver`)
+        terminals, rules, ignore = _load(text, source, resolver, start)
+    except (GrammarError, WorkLimitError, Abandoned):  # an import found nowhere, the fuel
         raise
     except (LarkError, AssertionError) as exc:  # lark asserts some conditions on imports
         raise GrammarError(f"lark rejects the grammar: {exc}") from None

@@ -34,6 +34,7 @@ from constrain.engine.regex.dfa import joint_byte_classes
 from constrain.engine.slices import admits
 from constrain.engine.vocab import TokenTrie
 from constrain.errors import GrammarError
+from constrain.fuel import burn
 
 __all__ = ["ByteLexer", "Lexer", "Piece"]
 
@@ -204,6 +205,7 @@ class Lexer:
             kids, owner = trie.expand(nodes)
             if not len(kids):
                 break
+            burn(1 + len(kids) // 64)  # a level of the trie, a few numpy passes
             st = states[owner]
             data = trie.byte[kids]
             nxt = self.next_states(st, data)
@@ -235,6 +237,7 @@ class Lexer:
         """The row of `state`: for each byte class, the lexemes that can read it. Sparse: each
         lexeme contributes only the classes it can read from its state."""
         combo = self._combos[state]
+        burn(1 + 2 * len(combo))  # the active fuel; nothing is kept before the row is done
         if len(combo) == 1 and combo[0][0] >= 0:  # one lexeme left: its own row, renumbered
             j, s = combo[0]
             own_next = [0] * len(self._joint_of(j))  # per own class of the lexeme
@@ -291,6 +294,7 @@ class Lexer:
                 f"the lexer exceeds {MAX_LEXER_STATES} states (reached with terminals "
                 f"{', '.join(names[:8])}{', ...' if len(names) > 8 else ''})"
             )
+        burn(1 + len(combo))
         if state >= len(self.tag):
             self._grow(2 * len(self.tag))
         self._index[combo] = state

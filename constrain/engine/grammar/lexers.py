@@ -23,8 +23,11 @@ from constrain.engine.regex import ByteDFA
 from constrain.engine.regex.dfa import joint_byte_classes
 from constrain.engine.vocab import TokenTrie
 from constrain.errors import GrammarError
+from constrain.fuel import burn
 
 __all__ = ["NativeLexer", "make_lexer"]
+
+_FOUND_PER_UNIT = 16  # tokens and lexeme ends a C++ trie walk finds per unit of fuel burnt
 
 
 def make_lexer(table: Sequence[Lexeme], engine: str | None = None) -> ByteLexer:
@@ -53,6 +56,7 @@ class NativeLexer:
                 specs.append((none, np.zeros(1, np.uint8), joint, 0, 0, [], None))
                 continue
             dfa = lx.dfa
+            burn(16)  # the active fuel: the lexeme's tables copied for C++
             own = dfa.byte_classes()
             first_byte = np.unique(own, return_index=True)[1]
             owners = sorted(ids[n] for n in lx.keyword_of if n in ids)
@@ -105,6 +109,7 @@ class NativeLexer:
                 return found
         else:
             rows.extend([None] * (state + 1 - len(rows)))
+        burn(4)  # the active fuel: a row read (and computed on first use) in C++
         found = rows[state] = self._call(self._lexer.row, state)
         return found
 
@@ -140,6 +145,7 @@ class NativeLexer:
         tokens, ends = self._call(
             self._lexer.walk, trie.native, state, np.asarray(starts, dtype=np.int64), end_at_start
         )
+        burn(1 + (len(tokens) + sum(len(nodes) for _, nodes in ends)) // _FOUND_PER_UNIT)
         return Piece(tokens, [(self.tag_set(tag), nodes) for tag, nodes in ends])
 
     def _language(self, language: ByteDFA):

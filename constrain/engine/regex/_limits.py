@@ -5,6 +5,12 @@ expansion, products) calls `check` often enough that none runs much past the dea
 `charge`s what it keeps, so the compilation stops before holding more than `max_memory` bytes.
 The memory is an estimate from counted entries (a set entry, a table cell), not a measurement;
 the counts are chosen high, so the real peak stays below the budget plus the interpreter.
+
+Both also `burn` the active `constrain.fuel.Fuel`, if any: one unit per call, one per
+`BYTES_PER_UNIT` bytes charged (what a stage keeps is what it built) and one per
+`STEPS_PER_UNIT` steps of `work` a check reports (what an inner loop did since its last check,
+kept or not). The counts depend on the pattern alone, so a fuel bounds a compilation the same
+way on an idle and on a loaded machine (docs/limits.md).
 """
 
 from __future__ import annotations
@@ -12,11 +18,21 @@ from __future__ import annotations
 import time
 
 from constrain.errors import RegexError
+from constrain.fuel import burn
 
-__all__ = ["CompileLimits", "DEFAULT_MAX_MEMORY", "SET_ENTRY_BYTES"]
+__all__ = [
+    "BYTES_PER_UNIT",
+    "CompileLimits",
+    "DEFAULT_MAX_MEMORY",
+    "SET_ENTRY_BYTES",
+    "STEPS_PER_UNIT",
+]
 
 DEFAULT_MAX_MEMORY = 512 * 2**20
 SET_ENTRY_BYTES = 48  # one entry of a Python set or dict of states (slot, hash, share of the int)
+# fuel burnt per unit (about a microsecond of work; calibrated in docs/benchmarks/fuel.md)
+BYTES_PER_UNIT = 128  # bytes charged: a set entry built and kept is a third of a unit
+STEPS_PER_UNIT = 4  # steps of an inner loop (a set insertion, a dict lookup)
 
 
 class CompileLimits:
@@ -27,7 +43,7 @@ class CompileLimits:
     keyword argument that raises it.
     """
 
-    __slots__ = ("pattern", "timeout", "deadline", "max_states", "max_memory", "held")
+    __slots__ = ("pattern", "timeout", "deadline", "max_states", "max_memory", "held", "steps")
 
     def __init__(self, pattern: str, *, timeout: float, max_states: int, max_memory: int):
         self.pattern = pattern
@@ -36,10 +52,15 @@ class CompileLimits:
         self.max_states = max_states
         self.max_memory = max_memory
         self.held = 0
+        self.steps = 0  # steps of work done (`did`) and not burnt yet
 
-    def check(self, transient: int = 0) -> None:
+    def check(self, transient: int = 0, work: int = 0) -> None:
         """Raise past the deadline, or when what is held plus `transient` bytes (a temporary
-        about to be built) exceeds the memory budget."""
+        about to be built) exceeds the memory budget; burn the fuel for `work` steps done
+        since the last check (`WorkLimitError`, `Abandoned` from the active fuel)."""
+        steps = self.steps + work
+        self.steps = steps % STEPS_PER_UNIT
+        burn(1 + steps // STEPS_PER_UNIT)
         if time.monotonic() > self.deadline:
             raise RegexError(
                 f"compilation exceeded its time limit of {self.timeout:g} s (timeout=); "
@@ -54,10 +75,15 @@ class CompileLimits:
                 self.pattern,
             )
 
+    def did(self, work: int) -> None:
+        """Count `work` steps done, burnt at the next `check` (for loops too short to check)."""
+        self.steps += work
+
     def charge(self, n_bytes: int) -> None:
-        """Count `n_bytes` more as held until the end of the compilation, then `check`."""
+        """Count `n_bytes` more as held until the end of the compilation (and burn the fuel
+        for building them), then `check`."""
         self.held += n_bytes
-        self.check()
+        self.check(work=n_bytes * STEPS_PER_UNIT // BYTES_PER_UNIT)
 
     def states(self, n: int, what: str, cap: int | None = None) -> None:
         """Raise when `what` ("regex DFA", "regex NFA", ...) has more than `cap` (default
