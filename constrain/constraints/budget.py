@@ -28,6 +28,7 @@ from constrain.engine import bitmask
 from constrain.engine.cache import BoundedCache
 from constrain.engine.matcher import TokenAutomaton, TokenMatcher
 from constrain.errors import InvalidTokenError
+from constrain.fuel import burn
 
 __all__ = ["Budgeted", "CompletionPlans"]
 
@@ -84,6 +85,7 @@ class CompletionPlans:
         text = self.automaton.automaton.completion(state)
         if text is None:
             return None
+        burn(1 + 2 * len(text))  # tokenized, then spelled again to check
         tokens = self.automaton.vocab.encode_bytes(text) if text else []
         if self.automaton.vocab.decode_bytes(tokens) != text:
             return None
@@ -104,7 +106,9 @@ class CompletionPlans:
             return found
         automaton = self.automaton
         owed = np.full(automaton.vocab.size, _UNKNOWN, dtype=np.int32)
-        for token in np.flatnonzero(automaton.mask_for(state)).tolist():
+        for i, token in enumerate(np.flatnonzero(automaton.mask_for(state)).tolist()):
+            if not i % 256:
+                burn(2048)  # 256 tokens stepped, their plans looked up (new ones burn their own)
             if token in automaton.eos:
                 owed[token] = 0
                 continue

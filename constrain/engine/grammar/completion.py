@@ -6,8 +6,9 @@ the text (in a JSON string, every character) before it finds the closing bracket
 answer is read off the grammar's structure.
 
 * Every symbol has a shortest yield: a lexeme the shortest string of its DFA, a nonterminal the
-  cheapest of its rules (a fixpoint). ``rest[d]`` is the shortest yield of the symbols after
-  the dot of dotted rule `d`.
+  cheapest of its rules (Knuth's generalised Dijkstra, in time O(size log size) however deep
+  the grammar's chains). ``rest[d]`` is the shortest yield of the symbols after the dot of
+  dotted rule `d`.
 * ``owed(N, A)``: the fewest bytes that finish the sentence once nonterminal `A`, predicted in
   Earley node `N`, has been completed. An item ``(d, o)`` of `N` waiting for `A` moves its dot
   and then owes ``rest[d + 1]`` plus ``owed(o, lhs(d))``. Origins are earlier nodes (a node's
@@ -34,6 +35,7 @@ import numpy as np
 from constrain.engine.grammar.earley import ChartNode, items_waiting
 from constrain.engine.regex import ByteDFA
 from constrain.engine.regex.dfa import BYTE_PREFERENCE
+from constrain.fuel import burn
 
 __all__ = ["Completions", "search_completion"]
 
@@ -57,9 +59,9 @@ class Completions:
             None if lx.special is not None else _shortest(lx.dfa) for lx in automaton.lexeme_table
         ]
         self._lexemes = lexemes
+        burn(4 * len(self.next_sym))  # the passes over every dotted rule below
         self._nts, self._rule_of = self._nonterminals()
         self.rest = self._rests()
-        self._rest_pieces: dict[int, tuple[bytes, ...]] = {}
         ignored = [lexemes[i] for i in automaton.ignore if lexemes[i]]
         self._separator = min(ignored, key=lambda t: (len(t), t != b" ")) if ignored else None
         self._owed: dict[ChartNode, dict[int, tuple[float, int, ChartNode | None]]] = {}
@@ -83,27 +85,52 @@ class Completions:
 
     def _nonterminals(self) -> tuple[list[float], dict[int, int]]:
         """Shortest yield length of every nonterminal and the rule (first dotted index) giving
-        it; only strict improvements are taken, so the chosen rules never form a cycle."""
-        starts = [d for d in range(len(self.next_sym)) if d == 0 or self.next_sym[d - 1] is None]
-        nts = [_INF] * (max(self.lhs) + 1)
+        it, by Knuth's generalisation of Dijkstra's algorithm: a rule fires once every
+        nonterminal in it is solved, and a nonterminal is solved by the cheapest rule fired
+        for it. A rule is chosen only after all its nonterminals were solved, so the chosen
+        rules never form a cycle; each rule and occurrence is visited once."""
+        next_sym, lhs = self.next_sym, self.lhs
+        nts = [_INF] * (max(lhs) + 1)
         rule_of: dict[int, int] = {}
-        changed = True
-        while changed:
-            changed = False
-            rest = self._rests(nts)
-            for d0 in starts:
-                a = self.lhs[d0]
-                if rest[d0] < nts[a]:
-                    nts[a], rule_of[a] = rest[d0], d0
-                    changed = True
+        unsolved: dict[int, int] = {}  # rule -> its nonterminal occurrences not yet solved
+        known: dict[int, float] = {}  # rule -> its lexemes' and solved nonterminals' bytes
+        uses: dict[int, list[int]] = {}  # nonterminal -> the rules it occurs in, per occurrence
+        heap: list[tuple[float, int]] = []
+        d0, count, cost = 0, 0, 0.0
+        for d, sym in enumerate(next_sym):
+            if sym is None:  # the end of rule d0
+                if cost < _INF:
+                    unsolved[d0], known[d0] = count, cost
+                    if not count:
+                        heap.append((cost, d0))
+                d0, count, cost = d + 1, 0, 0.0
+            elif sym >= 0:
+                count += 1
+                uses.setdefault(sym, []).append(d0)
+            else:
+                cost += self._cost(sym, nts)
+        heapq.heapify(heap)
+        while heap:
+            cost, d0 = heapq.heappop(heap)
+            a = lhs[d0]
+            if a in rule_of:
+                continue
+            nts[a], rule_of[a] = cost, d0
+            found = uses.get(a, ())
+            burn(1 + len(found))
+            for r in found:
+                left = unsolved.get(r)
+                if left is None:  # a rule with an impossible lexeme
+                    continue
+                known[r] += cost
+                unsolved[r] = left - 1
+                if left == 1 and lhs[r] not in rule_of:
+                    heapq.heappush(heap, (known[r], r))
         return nts, rule_of
 
     def rest_pieces(self, d: int) -> tuple[bytes, ...]:
         """The shortest yield of the symbols after the dot of dotted rule `d`, one piece per
-        lexeme."""
-        found = self._rest_pieces.get(d)
-        if found is not None:
-            return found
+        lexeme (spelled anew each time: as long as the text, so not worth keeping)."""
         out = []
         stack = [d]  # dotted positions still to spell, innermost last
         while stack:
@@ -116,25 +143,29 @@ class Completions:
                 out.append(self._lexemes[~sym])
             else:
                 stack.append(self._rule_of[sym])
-        self._rest_pieces[d] = found = tuple(out)
-        return found
+        burn(1 + len(out) // 4)
+        return tuple(out)
 
     # -- parser nodes -----------------------------------------------------------------------
 
     def _solve(self, node: ChartNode) -> dict[int, tuple[float, int, ChartNode | None]]:
         """``owed(node, A)`` for every A waiting in `node`, origins first."""
-        stack = [node]
+        owed = self._owed
+        if node in owed:
+            return owed[node]
+        stack, opened = [node], set()
         while stack:  # depth first: a node is solved once all its origins are (a DAG)
-            n = stack[-1]
-            if n in self._owed:
-                stack.pop()
+            n = stack.pop()
+            if n in owed:
                 continue
-            pending = [o for _, o in n.items if o is not None and o not in self._owed]
-            if pending:
-                stack.extend(pending)
-            else:
-                self._owed[stack.pop()] = self._solve_one(n)
-        return self._owed[node]
+            if n in opened:  # its origins are solved
+                owed[n] = self._solve_one(n)
+                continue
+            opened.add(n)
+            stack.append(n)
+            burn(1 + len(n.items) // 4)
+            stack.extend({o for _, o in n.items if o is not None and o not in owed})
+        return owed[node]
 
     def _solve_one(self, node: ChartNode) -> dict[int, tuple[float, int, ChartNode | None]]:
         next_sym, lhs, rest = self.next_sym, self.lhs, self.rest
@@ -209,6 +240,7 @@ class Completions:
         queue = deque([s])
         while queue:
             q = queue.popleft()
+            burn(4)  # a row of the lexer and its distinct successors
             tag = lexer.tag_of(q)
             if tag and tag not in tags_seen:
                 tags_seen.add(tag)
@@ -248,6 +280,7 @@ class Completions:
                 if glue is None:
                     continue
                 text = glue.join(parts)
+                burn(1 + len(text))
                 end = automaton.step(state, text)
                 if end is not None and automaton.accepting(end):
                     return text
@@ -273,6 +306,7 @@ def search_completion(automaton, state, max_states: int = _SEARCH_STATES) -> byt
     queue = deque([state])
     while queue:
         here = queue.popleft()
+        burn(8)  # the bytes it expects, each stepped
         for byte in automaton.expected_bytes(here):
             nxt = automaton.step(here, bytes((byte,)))
             if nxt is None or nxt in parents:
