@@ -22,7 +22,12 @@ import numpy as np
 from interegular.patterns import Pattern, _CharGroup, _Concatenation, _Repeated
 
 from constrain.engine.cache import BoundedCache
-from constrain.engine.regex._limits import DEFAULT_MAX_MEMORY, SET_ENTRY_BYTES, CompileLimits
+from constrain.engine.regex._limits import (
+    DEFAULT_MAX_MEMORY,
+    SET_ENTRY_BYTES,
+    STEPS_PER_UNIT,
+    CompileLimits,
+)
 from constrain.engine.regex._syntax import Lookahead, lookahead_index, parse
 from constrain.engine.regex._utf8 import MAX_CODE_POINT, json_sequences, utf8_sequences
 from constrain.errors import RegexError
@@ -39,6 +44,8 @@ def _unlimited() -> CompileLimits:
 
 
 _CHECK_EVERY = 1 << 16  # inner loops check the limits after this many steps
+_CELLS_PER_STEP = 12  # cells of a numpy pass over a table per step of work (see `CompileLimits`)
+_NUMPY_STEPS = 64  # the steps of a handful of numpy calls on small arrays (their overhead)
 _SUBSET_BYTES = 256  # a DFA state's frozenset, its key in the numbering, its row
 _CONFIG_BYTES = 2 * SET_ENTRY_BYTES + 64  # a configuration (state, obligations) in a set
 _NFA_STATE_BYTES = 512  # two lists, an edge with its range tuple, the state's int
@@ -95,6 +102,7 @@ class ByteDFA:
     def byte_classes(self) -> np.ndarray:
         """The class of each byte (256 ints): bytes in one class lead every state alike."""
         if self._classes is None:
+            burn(_NUMPY_STEPS // STEPS_PER_UNIT + len(self.transitions) // 4)  # 256 x n cells
             columns = self.transitions.T.astype(np.int64)
             signature = columns @ _weights(len(self.transitions))  # wraps: a 64-bit hash
             _, first, inverse = np.unique(signature, return_index=True, return_inverse=True)
@@ -374,6 +382,7 @@ class _NFA:
             ranges = self._ranges.get(key)
             if ranges is not None:  # a group seen before (a repetition's copies)
                 return self._edge(start, ranges)
+            self.limits.check(work=len(node.chars) * STEPS_PER_UNIT)  # a unit per character
             marks = [k for c in node.chars if (k := lookahead_index(c)) is not None]
             if marks:
                 if node.negated or len(node.chars) > 1:
@@ -466,8 +475,9 @@ def _closure(nfa: _NFA):
                         stack.append(r)
                 work += 1
                 if work > _CHECK_EVERY:
-                    limits.check(len(seen) * SET_ENTRY_BYTES)
+                    limits.check(len(seen) * SET_ENTRY_BYTES, work)
                     work = 0
+            limits.did(work)
             got = closures[q] = frozenset(seen)
             limits.charge(len(got) * SET_ENTRY_BYTES)
         return got
@@ -514,8 +524,9 @@ def _moves(current, edges, limits: CompileLimits) -> dict[int, set]:
                 moves.setdefault(a, set()).add(target)
             work += len(atom_range)
             if work > _CHECK_EVERY:
-                limits.check(sum(map(len, moves.values())) * SET_ENTRY_BYTES)
+                limits.check(sum(map(len, moves.values())) * SET_ENTRY_BYTES, work)
                 work = 0
+    limits.did(work + len(current))
     return moves
 
 
@@ -622,7 +633,7 @@ def _determinize_with_lookaheads(
                     if settled is not False:
                         stack.append((end, held if settled is True else held | {settled}))
                 if len(seen) % _CHECK_EVERY == 0:
-                    limits.check(len(seen) * _CONFIG_BYTES)
+                    limits.check(len(seen) * _CONFIG_BYTES, _CHECK_EVERY)
             got = closes[key] = frozenset(seen)
             limits.charge(len(got) * _CONFIG_BYTES)
         return got
@@ -646,8 +657,9 @@ def _determinize_with_lookaheads(
                         bucket |= close(t, held)
                         work += 1
                 if work > _CHECK_EVERY:
-                    limits.check(sum(map(len, moves.values())) * SET_ENTRY_BYTES)
+                    limits.check(sum(map(len, moves.values())) * SET_ENTRY_BYTES, work)
                     work = 0
+        limits.did(work + len(current))
         row = {a: subsets.id(frozenset(configs)) for a, configs in moves.items() if configs}
         table.append(row)
         accepting.append(any(accepts(c) for c in current))
@@ -733,8 +745,9 @@ def _refine(
     exact row comparison in the (astronomically unlikely) case a collision merged two states.
     The rounds can be as many as the states (a chain), so each checks the deadline."""
     hashed, initial = cls, n_classes
+    work = compact.size // _CELLS_PER_STEP + _NUMPY_STEPS  # one round's work
     while True:
-        limits.check()
+        limits.check(work=work)
         signature = hashed * _MIX[0] + (hashed[compact] * _MIX[1 : compact.shape[1] + 1]).sum(1)
         _, hashed = np.unique(signature, return_inverse=True)
         hashed = hashed.ravel()
@@ -748,7 +761,7 @@ def _refine(
         return hashed, n_classes
     n_classes = initial
     while True:  # exact fallback
-        limits.check()
+        limits.check(work=work)
         _, cls = np.unique(np.column_stack([cls, cls[compact]]), axis=0, return_inverse=True)
         cls = cls.ravel()
         if cls.max() + 1 == n_classes:
@@ -775,7 +788,10 @@ def _minimize(
     """
     n = len(trans) + 1
     limits = limits or _unlimited()
-    limits.check(n * trans.shape[1] * 8 * _CELL_COPIES)
+    # the work: small tables are pruned in Python (a step per cell), large ones with numpy
+    cells = n * trans.shape[1]
+    work = 4 * _NUMPY_STEPS + (cells if cells <= _SMALL else cells // _CELLS_PER_STEP)
+    limits.check(cells * 8 * _CELL_COPIES, work)
     full = np.zeros((n, trans.shape[1]), dtype=np.int64)
     full[1:] = trans + 1
     acc = np.zeros(n, dtype=bool)
@@ -890,9 +906,11 @@ def _to_bytes(
 ) -> ByteDFA:
     """Expand a minimal character DFA (dead 0, start 1, columns = atoms) into a byte DFA."""
     builder = _ByteBuilder(len(table))
+    work = 0  # sequences expanded since the last check
     for state in range(1, len(table)):
         if state % 256 == 0:
-            limits.check(len(builder.rows) * _BYTE_STATE_BYTES)
+            limits.check(len(builder.rows) * _BYTE_STATE_BYTES, work)
+            work = 0
         row = table[state].tolist()
         items = []
         lo = 0
@@ -905,7 +923,8 @@ def _to_bytes(
                     )
                 lo = a
         builder.rows[state] = builder.edges(items)
-    limits.check(len(builder.rows) * _BYTE_STATE_BYTES)
+        work += len(row) + 40 * len(items) + 8  # an item's sequences cut and interned
+    limits.check(len(builder.rows) * _BYTE_STATE_BYTES, work)
     trans = np.zeros((len(builder.rows), 256), dtype=np.int32)
     for state, row in enumerate(builder.rows):
         for lo, hi, dest in row:
@@ -985,7 +1004,7 @@ def _compile(pattern: str, limits: CompileLimits, dialect: str, encoding: str) -
     start = nfa.new()
     final = nfa.build(tree, start)
     rows, accepting, atoms = _determinize(nfa, start, final)
-    limits.check(len(rows) * len(atoms) * 8)
+    limits.check(len(rows) * len(atoms) * 8, len(rows) * 4 * STEPS_PER_UNIT)  # 4 per row
     table = np.full((len(rows), len(atoms)), -1, dtype=np.int64)
     for state, row in enumerate(rows):
         if row:
@@ -1041,6 +1060,7 @@ def _product_search(a: ByteDFA, b: ByteDFA, op: str, limits: CompileLimits, stop
             index[k] = len(order)
             order.append(k)
         limits.states(len(order), f"the {op} of two automata")
+        limits.did(2 * _NUMPY_STEPS + keys.size // _CELLS_PER_STEP + 4 * len(fresh))
         limits.charge(keys.nbytes + len(fresh) * SET_ENTRY_BYTES)
         frontier = np.array(fresh, dtype=np.int64)
     return np.array(order, dtype=np.int64), np.concatenate(levels), classes
@@ -1219,6 +1239,7 @@ def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
                 accepting.append(False)
             state = nxt
         accepting[state] = True
+    burn(_NUMPY_STEPS // STEPS_PER_UNIT + len(rows))  # the active fuel: a unit per trie node
     canonical = [0] * len(rows)
     registry: dict[tuple, int] = {}
     for state in range(len(rows) - 1, -1, -1):  # children are created after their parents
