@@ -23,6 +23,7 @@ from constrain.errors import ConfigError, ConstrainError
 from constrain.options import HELP, SMC, DecodingConfig, Speculative
 from constrain.processors import CFG, MinP, Processor, RepetitionPenalty, TopH, TopK, TopP, Typical
 from constrain.samplers import token_sampler
+from constrain.serve import limits as serve_limits
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
@@ -228,6 +229,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         timeout=args.timeout, tool_format=args.tool_format,
         api_key=args.api_key or os.environ.get("CONSTRAIN_API_KEY") or None,
         allowed_hosts=args.allowed_hosts, allowed_origins=args.allowed_origins, docs=args.docs,
+        limits=serve.Limits(**{f.name: getattr(args, f.name) for f in fields(serve.Limits)}),
     )  # fmt: skip
     return 0
 
@@ -325,6 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "('*': any; default: none, other origins are refused)")  # fmt: skip
     access.add_argument("--docs", action="store_true",
                         help="serve /docs, /redoc and /openapi.json (default: off)")  # fmt: skip
+    limits = srv.add_argument_group("limits on one request (docs/serving.md#limits)")
+    for flag, kind, default, text in serve_limits.options():
+        shown = "" if default is None else f" (default: {default:,})"
+        limits.add_argument(flag, type=kind, default=default, help=text + shown)
     srv.set_defaults(run=_cmd_serve)
 
     models = sub.add_parser("models", help="list the bundled models and the cache")

@@ -130,6 +130,14 @@ class ConstraintSpec:
             found = kept[key] = Constraint(grammar or self._compile(), vocab)
         return found
 
+    def is_compiled(self, vocab: Vocabulary) -> bool:
+        """Whether `constraint(vocab)` would be found compiled (a free lookup: a grammar
+        object or file is not read; those count as not compiled)."""
+        if self.kind == "grammar" and not isinstance(self.grammar, str):
+            return False
+        key = ("grammar-text", self.grammar) if self.kind == "grammar" else self._key(None)
+        return key in compiled_constraints(vocab)
+
     def _key(self, grammar: EngineGrammar | None) -> tuple:
         options = tuple(sorted((self.schema_options or {}).items()))
         if self.kind == "grammar":

@@ -20,8 +20,12 @@ import time
 from collections.abc import Iterator
 
 from constrain.serve.errors import RequestError
+from constrain.serve.limits import Limits
 
-__all__ = ["RequestError", "build", "run", "serving", "spawned"]
+__all__ = ["Limits", "RequestError", "build", "run", "serving", "spawned"]
+
+
+_GRACE = 5  # seconds a shutdown (SIGTERM) waits for requests in flight before ending them
 
 
 def build(
@@ -38,6 +42,7 @@ def build(
     allowed_hosts: str | list[str] | None = None,
     allowed_origins: str | list[str] | None = None,
     docs: bool = False,
+    limits: Limits | None = None,
 ):
     """The FastAPI application serving a loaded `model` (a `TransformersLM`).
 
@@ -59,6 +64,7 @@ def build(
         allowed_origins: web origins whose pages may call the server, with CORS headers
             (``*``: any). Default: none; a request from another origin is refused (403).
         docs: serve FastAPI's /docs, /redoc and /openapi.json (default: off).
+        limits: what one request may ask (`constrain.serve.limits.Limits`; its defaults).
     """
     from constrain.serve.access import Access
     from constrain.serve.app import create_app
@@ -66,7 +72,7 @@ def build(
     from constrain.serve.scheduler import Scheduler
 
     served = Served(model, name or model.name, max_tokens=max_tokens, timeout=timeout,
-                    tool_format_name=tool_format)  # fmt: skip
+                    tool_format_name=tool_format, limits=limits or Limits())  # fmt: skip
     scheduler = Scheduler(model, max_running=max_running, max_queue=max_queue)
     access = Access.of(host, api_key=api_key, allowed_hosts=allowed_hosts,
                        allowed_origins=allowed_origins, docs=docs)  # fmt: skip
@@ -82,7 +88,8 @@ def run(model_name: str | None = None, *, host: str = "127.0.0.1", port: int = 8
     from constrain.models import load_model
 
     model = load_model(model_name, device=device)
-    uvicorn.run(build(model, host=host, **options), host=host, port=port, log_level=log_level)
+    uvicorn.run(build(model, host=host, **options), host=host, port=port, log_level=log_level,
+                timeout_graceful_shutdown=_GRACE)  # fmt: skip
 
 
 @contextlib.contextmanager

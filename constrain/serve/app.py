@@ -3,8 +3,9 @@
     POST /v1/chat/completions   POST /v1/completions   POST /v1/responses
     GET /v1/models   GET /v1/models/{id}   GET /health   GET /metrics (Prometheus)
 
-Bodies are read by `constrain.serve.protocol` (in a worker thread: compiling a schema never
-stalls the event loop), queued on the scheduler, and answered in OpenAI's shapes, streamed as
+Bodies are read by `constrain.serve.protocol` and prepared (compiled, planned) by
+`constrain.serve.preparation` in its threads under one work budget each, never on the event
+loop or the scheduler's thread, then queued on the scheduler, and answered in OpenAI's shapes, streamed as
 server-sent events (``data: {...}``, then ``data: [DONE]``) when asked. A client that goes
 away, streaming or not, cancels its request. Every error, ours or the framework's (an
 unknown path, a wrong method), is OpenAI's error object. Before any of this, a request passes
@@ -12,7 +13,7 @@ unknown path, a wrong method), is OpenAI's error object. Before any of this, a r
 """
 
 import asyncio
-import json
+import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -23,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from constrain.constraints.spec import compiled_constraints
 from constrain.serve.access import Access
 from constrain.serve.errors import RequestError
+from constrain.serve.preparation import Preparer, read_body
 from constrain.serve.protocol import Request, Served, read_chat, read_completion
 from constrain.serve.reply import ChatReply, as_request_error
 from constrain.serve.responses import ResponsesReply, read_responses
@@ -35,11 +37,13 @@ def create_app(served: Served, scheduler: Scheduler, access: Access | None = Non
     """The FastAPI application serving `served` through `scheduler` (started and stopped
     with the application), behind `access`'s checks (default: a loopback server's)."""
     access = access or Access()
+    preparer = Preparer(served.limits)
 
     @asynccontextmanager
     async def lifespan(app):
         scheduler.start()
         yield
+        preparer.close()
         scheduler.stop()
 
     app = FastAPI(title="constrain", lifespan=lifespan, **access.documentation())
@@ -58,22 +62,10 @@ def create_app(served: Served, scheduler: Scheduler, access: Access | None = Non
 
     async def serve(http: HTTPRequest, kind: str):
         try:
-            try:
-                body = await http.json()
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise RequestError(f"the body is not JSON: {exc}") from None
-            model = body.get("model") if isinstance(body, dict) else None
-            if model is not None and model != served.name:
-                raise RequestError(f"model {model!r} is not served here (only "
-                                   f"{served.name!r})", "model", status=404,
-                                   code="model_not_found")  # fmt: skip
-            read = _READERS[kind]
-            try:
-                request = await asyncio.to_thread(read, body, served)
-            except (AttributeError, KeyError, TypeError, ValueError) as exc:
-                if isinstance(exc, RequestError):
-                    raise
-                raise RequestError(f"malformed request: {type(exc).__name__}: {exc}") from None
+            raw = await read_body(http, served.limits)
+            request = await preparer.prepare(_READERS[kind], raw, served, http)
+            if request is None:  # the client left
+                return JSONResponse({}, status_code=499)
             ticket = Ticket(request, asyncio.get_running_loop())
             scheduler.submit(ticket)
         except RequestError as exc:
@@ -121,9 +113,16 @@ def create_app(served: Served, scheduler: Scheduler, access: Access | None = Non
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "running": len(scheduler.running),
-                "waiting": len(scheduler.waiting),
-                "sequences_in_flight": scheduler.sequences_in_flight}  # fmt: skip
+        """200 while the scheduler steps; 503 "stalled" when one step or admission has taken
+        longer than `_STALLED` seconds (nothing new is decoded meanwhile)."""
+        busy = scheduler.busy_since
+        busy_s = 0.0 if busy is None else time.monotonic() - busy
+        stalled = busy_s > _STALLED
+        status = {"status": "stalled" if stalled else "ok", "running": len(scheduler.running),
+                  "waiting": len(scheduler.waiting), "preparing": len(preparer.under_way),
+                  "sequences_in_flight": scheduler.sequences_in_flight,
+                  "step_seconds": round(busy_s, 3)}  # fmt: skip
+        return JSONResponse(status, status_code=503 if stalled else 200)
 
     @app.get("/metrics")
     async def metrics():
@@ -138,6 +137,7 @@ def create_app(served: Served, scheduler: Scheduler, access: Access | None = Non
 
 # no `from __future__ import annotations` here: FastAPI reads the handlers' annotations
 
+_STALLED = 10.0  # seconds in one step after which /health says the scheduler is stalled
 _READERS = {"chat": read_chat, "completion": read_completion, "responses": read_responses}
 
 

@@ -1,9 +1,10 @@
 """Preparing a request: its body read, compiled and planned under one `Fuel`, off the
 scheduler's thread.
 
-Everything a request needs before its first decoding step runs here, in a pool of
-`Limits.max_preparing` threads (one more request while all are busy is a 429), under one
-fuel of `Limits.prepare_fuel` work units: parsing the body, reading it into a `Request`
+Everything a request needs before its first decoding step runs here, in a pool of threads
+(`Limits.max_compiling` of them may compile at once, two more serve requests whose
+constraints are compiled; beyond `Limits.max_preparing` requests under way, one more is a
+429), under one fuel of `Limits.prepare_fuel` work units: parsing the body, reading it into a `Request`
 (compiling its constraints), planning their shortest completions and building their first
 masks (`AnswerPlan.prepare`). Work is counted, not timed, so a request gets the same answer
 on an idle and on a loaded server; running out is a 400 naming the limit. While the work runs
@@ -31,6 +32,7 @@ __all__ = ["Preparer", "read_body"]
 
 Reader = Callable[[Mapping, Served], Request]
 _WATCH_EVERY = 0.1  # seconds between two looks at the client while its request is prepared
+_CHEAP_LANES = 2  # threads beyond the compile slots: a cached request never waits for a compile
 
 
 async def read_body(http, limits: Limits) -> bytes:
@@ -64,7 +66,8 @@ class Preparer:
 
     def __init__(self, limits: Limits):
         self.limits = limits
-        self.pool = ThreadPoolExecutor(limits.max_preparing, thread_name_prefix="constrain-prepare")
+        self.pool = ThreadPoolExecutor(limits.max_compiling + _CHEAP_LANES,
+                                       thread_name_prefix="constrain-prepare")  # fmt: skip
         self.under_way: set[Fuel] = set()  # touched by the event loop's thread only
 
     async def prepare(self, read: Reader, raw: bytes, served: Served, http) -> Request | None:
@@ -74,7 +77,7 @@ class Preparer:
         Raises:
             RequestError: the body is not a request (400 naming the field), it needs more
                 work than the fuel (400, code ``work_limit_exceeded``), too many requests are
-                being prepared (429), or the backstop or the shutdown stopped it (503).
+                being prepared or compiled (429), or the backstop or the shutdown stopped it (503).
         """
         if len(self.under_way) >= self.limits.max_preparing:
             raise RequestError(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
@@ -71,6 +72,10 @@ class Served:
     timeout: float = 120.0  # default and longest decoding time of a request, seconds
     tool_format_name: str | None = None  # a registry name forcing the format (else derived)
     limits: Limits = field(default_factory=Limits)
+    compile_slots: threading.Semaphore = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.compile_slots = threading.Semaphore(self.limits.max_compiling)
 
     @property
     def tokenizer(self):
@@ -380,9 +385,18 @@ def _format(body: Mapping, served: Served) -> toolbox.ToolFormat:
 def _compile(spec: ConstraintSpec, served: Served, param: str, syntax: str | None = None):
     """The spec's constraint (cached by content); a bad one is a 400 naming the keyword and
     JSON pointer (schemas) or position (regexes, grammars; and which syntax a grammar was
-    read in)."""
+    read in). A compile takes one of the server's compile slots: none free is a 429."""
+    vocab = served.model.vocab
+    slot = None if spec.is_compiled(vocab) else served.compile_slots
+    if slot is not None and not slot.acquire(blocking=False):
+        raise RequestError(
+            f"the server is compiling {served.limits.max_compiling} constraints already, its "
+            f"limit (--max-compiling): retry later",
+            status=429,
+            code="too_many_compiles",
+        )
     try:
-        return spec.constraint(served.model.vocab)
+        return spec.constraint(vocab)
     except Abandoned:
         raise
     except WorkLimitError as exc:
@@ -394,6 +408,9 @@ def _compile(spec: ConstraintSpec, served: Served, param: str, syntax: str | Non
     except ConstrainError as exc:
         read_as = f"{param} read as {_SYNTAX_NAMES[syntax]}: " if syntax else ""
         raise RequestError(f"{read_as}{exc}", param) from None
+    finally:
+        if slot is not None:
+            slot.release()
 
 
 def _config(body: Mapping, served: Served, max_tokens: int) -> DecodingConfig:
