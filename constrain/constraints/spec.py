@@ -27,7 +27,12 @@ from constrain.engine.vocab import Vocabulary
 from constrain.errors import ConfigError, ConstrainError, GrammarError
 from constrain.jsonschema.grammar import Grammar
 from constrain.jsonschema.types import schema_from_type
-from constrain.jsonschema.validation import draft_validator
+from constrain.jsonschema.validation import (
+    draft_validator,
+    exact_numbers,
+    exact_validator,
+    load_exact,
+)
 from constrain.jsonschema.values import value_from_json
 
 __all__ = ["ConstraintSpec", "compiled_constraints", "grammar_from"]
@@ -145,7 +150,8 @@ class ConstraintSpec:
         if self.kind == "schema":
             try:
                 return ("schema", json.dumps(self.schema, sort_keys=True), options)
-            except (TypeError, ValueError):  # not JSON data: compiling it says what and where
+            except (TypeError, ValueError, RecursionError):  # not JSON data (or too deep):
+                # compiling it says what and where
                 return ("schema", id(self.schema), options)
         if self.kind == "choices":
             return ("choices", tuple(self.choices))
@@ -168,7 +174,8 @@ class ConstraintSpec:
     @cached_property
     def _validator(self):
         """A `jsonschema` validator of the output (in the `draft` option's dialect, else the
-        schema's own), for JSON constraints."""
+        schema's own), for JSON constraints; numbers exact, as the compiler reads them
+        (`exact_validator`: with floats, 0.3 is no multiple of 0.1)."""
         schema = schema_from_type(self.type) if self.kind == "type" else self.schema
         if isinstance(schema, str):
             schema = json.loads(schema)
@@ -178,7 +185,8 @@ class ConstraintSpec:
             cls = jsonschema.validators.validator_for(
                 schema, default=jsonschema.Draft202012Validator
             )
-        return cls(schema, format_checker=cls.FORMAT_CHECKER)
+        cls = exact_validator(cls)
+        return cls(exact_numbers(schema), format_checker=cls.FORMAT_CHECKER)
 
     def value(self, text: str) -> Any:
         """A complete output as the user's value: the parsed JSON (an instance of `type`),
@@ -186,7 +194,7 @@ class ConstraintSpec:
         if not self.is_json:
             return None
         data = json.loads(text)
-        error = jsonschema.exceptions.best_match(self._validator.iter_errors(data))
+        error = jsonschema.exceptions.best_match(self._validator.iter_errors(load_exact(text)))
         if error is not None:  # the compiler promises exactness: this is a bug, say so
             raise ConstrainError(
                 f"internal error: the output does not validate ({error.message} at "

@@ -28,6 +28,7 @@ import numpy as np
 from constrain.engine.engines import resolve_engine
 from constrain.engine.vocab import Vocabulary
 from constrain.jsonschema.shapes import ArrayShape, ObjectShape, Shape, key_text
+from constrain.jsonschema.validation import load_exact
 
 __all__ = ["JsonChecks", "checks_for"]
 
@@ -371,7 +372,7 @@ class JsonChecks:
         key = (shapes, text)
         verdict = self._verdicts.get(key)
         if verdict is None:
-            value = json.loads(text)
+            value = load_exact(text)  # numbers exact, as the grammar reads them
             verdict = any(all(check(value) for check in shape.checks) for shape in shapes)
             if len(self._verdicts) >= _MAX_VERDICTS:
                 self._verdicts.clear()

@@ -1,8 +1,9 @@
 """Python type annotations -> JSON Schema, so a return annotation can constrain generation.
 
 Covers what a typed function returns: `str`, `int`, `float`, `bool`, `None`, `Literal`, `Enum`,
-`list[X]`, `tuple[X, Y]` / `tuple[X, ...]`, `dict[str, X]`, `Optional` and unions, `Annotated`
-with constraints (annotated-types' `Ge`/`Gt`/`Le`/`Lt`/`MultipleOf`/`MinLen`/`MaxLen`/`Len`, a
+`list[X]`, `set[X]` and `frozenset[X]` (arrays with `uniqueItems`: a set holds each value once),
+`tuple[X, Y]` / `tuple[X, ...]`, `dict[str, X]`, `Optional` and unions, `Annotated` with
+constraints (annotated-types' `Ge`/`Gt`/`Le`/`Lt`/`MultipleOf`/`MinLen`/`MaxLen`/`Len`, a
 pydantic `Field`, or a plain dict merged into the schema), dataclasses, `TypedDict` and pydantic
 models (through their own `model_json_schema`). Dataclasses and TypedDicts become `$defs`, so
 recursive types work. Anything else raises `AnnotationError` (a `TypeError`) naming the annotation.
@@ -10,6 +11,7 @@ recursive types work. Anything else raises `AnnotationError` (a `TypeError`) nam
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import enum
 import types
@@ -63,9 +65,12 @@ class _Converter:
             return {"enum": [a.value if isinstance(a, enum.Enum) else a for a in args]}
         if origin in (typing.Union, types.UnionType):
             return {"anyOf": [self.convert(a) for a in args]}
-        if origin in (list, typing.List, set, frozenset, typing.Sequence):  # noqa: UP006
+        if origin in (list, typing.List, typing.Sequence):  # noqa: UP006
             item = args[0] if args else Any
             return {"type": "array", "items": self.convert(item)}
+        if origin in (set, frozenset, collections.abc.Set):
+            item = args[0] if args else Any
+            return {"type": "array", "items": self.convert(item), "uniqueItems": True}
         if origin is tuple:
             if len(args) == 2 and args[1] is Ellipsis:
                 return {"type": "array", "items": self.convert(args[0])}

@@ -21,11 +21,20 @@ that no branch can accept, and the site's own check decides.
 
 The price: the grammar does not look ahead past a check, so a generation can write a value
 whose every completion fails it (a dead end, which `generate` backtracks out of).
+
+Numbers are validated as the compiler reads them, exactly (`exact_validator`): an instance's
+numbers are the `Decimal` of their JSON text (`load_exact`), a schema's floats the `Decimal` of
+their shortest text (`exact_numbers`), and `multipleOf` divides exactly. With floats, 0.3 is
+not a multiple of 0.1 (0.3 / 0.1 is 2.9999999999999996), though the grammar admits it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from decimal import Decimal
+from fractions import Fraction
+from functools import cache
 from typing import Any
 
 import jsonschema
@@ -33,7 +42,16 @@ import jsonschema
 from constrain.errors import UnsupportedSchemaError
 from constrain.jsonschema.refs import DOCUMENT_BASE, Resources
 
-__all__ = ["DRAFTS", "Validation", "Validators", "draft_validator", "sites_reaching"]
+__all__ = [
+    "DRAFTS",
+    "Validation",
+    "Validators",
+    "draft_validator",
+    "exact_numbers",
+    "exact_validator",
+    "load_exact",
+    "sites_reaching",
+]
 
 DRAFTS = {
     "2020-12": "Draft202012Validator",
@@ -80,6 +98,50 @@ def draft_validator(draft: str):
     return getattr(jsonschema, name) if name else None
 
 
+def exact_numbers(value: Any) -> Any:
+    """JSON data with every float replaced by the `Decimal` of its shortest text (``0.1`` is
+    exactly 1/10), the value the compiler reads; other values as they are."""
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, list):
+        return [exact_numbers(item) for item in value]
+    if isinstance(value, Mapping):
+        return {key: exact_numbers(item) for key, item in value.items()}
+    return value
+
+
+def load_exact(text: str | bytes) -> Any:
+    """JSON text parsed with each number exact: an integer an `int`, any other a `Decimal`."""
+    return json.loads(text, parse_float=Decimal)
+
+
+def _multiple_of(validator, step, instance, schema):
+    """`multipleOf`, divided exactly (`Decimal`'s own remainder fails past 28 digits)."""
+    if not validator.is_type(instance, "number"):
+        return
+    if (Fraction(instance) / Fraction(step)).denominator != 1:
+        yield jsonschema.ValidationError(f"{instance} is not a multiple of {step}")
+
+
+@cache
+def exact_validator(cls):
+    """The validator class `cls` over exact numbers (`load_exact`, `exact_numbers`): an
+    integral `Decimal` is an integer where `cls` counts ``1.0`` as one (not draft 4), and
+    `multipleOf` divides exactly."""
+    checker = cls.TYPE_CHECKER
+    if checker.is_type(1.0, "integer"):
+        checker = checker.redefine(
+            "integer",
+            lambda c, x: (
+                cls.TYPE_CHECKER.is_type(x, "integer")
+                or (isinstance(x, Decimal) and x == x.to_integral_value())
+            ),
+        )
+    return jsonschema.validators.extend(
+        cls, validators={"multipleOf": _multiple_of}, type_checker=checker
+    )
+
+
 class Validation:
     """The check "the value validates against the schema object at `pointer`"."""
 
@@ -90,6 +152,7 @@ class Validation:
         self._validator = validator
 
     def __call__(self, value: Any) -> bool:
+        """Whether `value` (JSON data with exact numbers: `load_exact`) validates."""
         return self._validator.is_valid(value)
 
     def __repr__(self) -> str:
@@ -98,20 +161,22 @@ class Validation:
 
 class Validators:
     """Validators for the schema objects of one document: its draft, its references resolved
-    in the document, formats checked."""
+    in the document, formats checked, numbers exact (`exact_validator`)."""
 
     def __init__(self, root: Any, draft: str | None):
         cls = draft_validator(draft) if draft else None
         if cls is None:
             cls = jsonschema.validators.validator_for(root, default=jsonschema.Draft202012Validator)
-        self._root = cls(root, format_checker=jsonschema.FormatChecker())
+        cls = exact_validator(cls)
+        self._root = cls(exact_numbers(root), format_checker=jsonschema.FormatChecker())
 
     def validation(self, schema: Mapping, base: str, pointer: str) -> Validation:
         """The check for `schema`, a schema object of the document whose base URI is `base`."""
         resolver = self._root._resolver
         if base != DOCUMENT_BASE:  # inside a resource with its own $id
             resolver = resolver.lookup(base).resolver
-        return Validation(self._root.evolve(schema=schema, _resolver=resolver), pointer)
+        exact = exact_numbers(schema)
+        return Validation(self._root.evolve(schema=exact, _resolver=resolver), pointer)
 
 
 def sites_reaching(resources: Resources, targets: set, key) -> frozenset:
