@@ -62,6 +62,26 @@ _FEW_KEYS = 16  # a region of at most this many keys is compiled as named proper
 _MAX_SITES = 64  # schema objects validated on the value (check sites) per schema
 
 
+class _TooManyRules(UnsupportedSchemaError):
+    """The grammar outgrew `max_rules` (named by the count that unrolled it, where one did)."""
+
+
+def _largest_count(shape: Shape) -> tuple[str, int] | None:
+    """The largest count keyword of `shape`'s strings, arrays and objects: lengths, items and
+    properties are unrolled into rules, so it is what a grammar too large most likely holds."""
+    counts = []
+    if shape.text is not None:
+        counts += [("minLength", shape.text.low), ("maxLength", shape.text.high)]
+    for a in shape.arrays:
+        counts += [("minItems", a.min_items), ("maxItems", a.max_items)]
+        if a.contains is not None:
+            counts += [("minContains", a.min_contains), ("maxContains", a.max_contains)]
+    for o in shape.objects:
+        counts += [("minProperties", o.min_props), ("maxProperties", o.max_props)]
+    counts = [(keyword, n) for keyword, n in counts if n]
+    return max(counts, key=lambda count: count[1]) if counts else None
+
+
 class _Emitter:
     """Writes shapes as rules; one nonterminal per (shape, depth). Shapes it needs beyond the
     normal form (array items split by `contains`) come from the compilation's `algebra`."""
@@ -104,7 +124,7 @@ class _Emitter:
         self.rules.append(Rule(lhs, rhs))
         self.defined.add(lhs)
         if len(self.rules) > self.max_rules:
-            raise UnsupportedSchemaError(
+            raise _TooManyRules(
                 f"the grammar exceeds {self.max_rules} rules (raise max_rules)", None, ""
             )
 
@@ -190,15 +210,28 @@ class _Emitter:
         if not shape.scalars.is_empty():
             self.add(name, (self.dfa_lexeme("scalar", shape.scalars),))
             alternatives += 1
-        if shape.text is not None:
-            self.add(name, (self.counted_string(shape.text),))
-            alternatives += 1
-        for alt in shape.arrays:
-            self.add(name, (self.array(alt, depth),))
-            alternatives += 1
-        for alt in shape.objects:
-            self.add(name, (self.object(alt, depth),))
-            alternatives += 1
+        try:
+            if shape.text is not None:
+                self.add(name, (self.counted_string(shape.text),))
+                alternatives += 1
+            for alt in shape.arrays:
+                self.add(name, (self.array(alt, depth),))
+                alternatives += 1
+            for alt in shape.objects:
+                self.add(name, (self.object(alt, depth),))
+                alternatives += 1
+        except _TooManyRules as exc:  # name the count unrolled here, if it is one
+            count = _largest_count(shape)
+            if count is None:
+                raise
+            keyword, n = count
+            where = shape.name if shape.name.startswith("/") else ""
+            raise UnsupportedSchemaError(
+                f"{keyword} {n} is counted in the grammar, which exceeds {self.max_rules} rules "
+                "(raise max_rules)",
+                keyword,
+                f"{where}/{keyword}" if where or shape.name == "#" else "",
+            ) from exc
         if not alternatives:
             self.add(name, (self.nothing(),))
         return name
@@ -457,9 +490,10 @@ def compile_schema(
             else 2020-12).
         max_rules: limit on the size of the grammar.
         timeout: limit on the compilation, in seconds.
-        spellings: "canonical" (generation: every value in its one canonical text, integers
-            without a fraction) or "all" (validation: every spelling JSON allows, escapes in
-            strings and keys included); see `constrain.jsonschema.spellings`.
+        spellings: "canonical" (generation: every value in its one canonical text, numbers
+            without trailing fraction zeros, digits bounded) or "all" (validation: every
+            spelling JSON allows, escapes in strings and keys included); see
+            `constrain.jsonschema.spellings`.
 
     Raises:
         UnsupportedSchemaError: a keyword that cannot be expressed exactly (named, with its

@@ -37,8 +37,10 @@ class Grammar(EngineGrammar):
         By default (``spellings="canonical"``, for generation) every value has one text:
         strings in one encoding (characters raw, escapes only where JSON requires them, as
         ``json.dumps(..., ensure_ascii=False)`` writes them), numbers without an exponent,
-        integers without a fraction and never ``-0`` (so ``json.loads`` gives an ``int``
-        where the schema says ``integer``). ``spellings="all"`` admits every text JSON
+        a fraction never ending in ``0`` (``0.3``, not ``0.30``; integers without one, so
+        ``json.loads`` gives an ``int`` where the schema says ``integer``), never ``-0``, and
+        at most 20 digits before the point, 17 significant and 20 after it (see
+        `constrain.jsonschema.spellings`). ``spellings="all"`` admits every text JSON
         allows for the same values (``1972.0``, ``"\\u00e9"``, ``"\\/"``), for checking
         given text; numbers with an exponent are admitted in neither.
 

@@ -98,6 +98,7 @@ class InexactSchema(Exception):
         self.schema, self.message, self.keyword, self.pointer = schema, message, keyword, pointer
 
 
+_MAX_BOUND_DIGITS = 50  # of a minimum / maximum, either side of the point (float32 max: 39)
 _LONG = 256  # longer length bounds stay symbolic (counted in the grammar), unless combined
 _LEGACY = ("draft-04", "draft-06", "draft-07", "draft4", "draft6", "draft7")
 _DRAFT4 = ("draft-04", "draft4")
@@ -192,8 +193,10 @@ class Normalizer:
             self.used.add(key)
             return waiting
         if self.depth >= self.max_depth:
-            raise UnsupportedSchemaError(
-                f"schema nesting deeper than {self.max_depth}", None, pointer
+            raise UnsupportedSchemaError(  # named by the keyword holding the deepest schema
+                f"schema nesting deeper than {self.max_depth}",
+                pointer.rsplit("/", 1)[-1] or None,
+                pointer,
             )
         self.algebra.time_left(8 * len(schema))  # its keywords read: several units each
         placeholder = self.pending[key] = Shape(pointer or "#")
@@ -434,7 +437,7 @@ class Normalizer:
         for keyword in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
             if keyword not in s or isinstance(s[keyword], bool):
                 continue  # draft 4 booleans are read with their minimum / maximum below
-            value = _decimal(s[keyword], keyword, ptr)
+            value = _bound(s[keyword], keyword, ptr)
             lower = "inimum" in keyword
             strict = (
                 keyword.startswith("exclusive")
@@ -615,7 +618,7 @@ class Normalizer:
                 texts.append(key_text(v) if isinstance(v, str) else json.dumps(v).encode())
             elif isinstance(v, (int, float)):
                 if not isinstance(v, float) or math.isfinite(v):
-                    numbers.append(_number_literal(Decimal(repr(v))))
+                    numbers.append(_number_literal(_exact(v)))
             else:
                 others.append(self.value(v))
         scalars = [dfa_from_strings(texts)]
@@ -630,7 +633,7 @@ class Normalizer:
         if isinstance(v, (int, float)):
             if isinstance(v, float) and not math.isfinite(v):
                 return NOTHING
-            return only(scalars=self._regex(_number_literal(Decimal(repr(v)))))
+            return only(scalars=self._regex(_number_literal(_exact(v))))
         if isinstance(v, str):
             return only(scalars=dfa_from_strings([key_text(v)]))
         if isinstance(v, list):
@@ -679,9 +682,29 @@ def _decimal(value: Any, keyword: str, ptr: str) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise UnsupportedSchemaError(f"{keyword} must be a number, not {value!r}", keyword, ptr)
     try:
-        return Decimal(value) if isinstance(value, int) else Decimal(repr(value))
+        return _exact(value)
     except InvalidOperation:
         raise UnsupportedSchemaError(f"{keyword} {value!r} is not finite", keyword, ptr) from None
+
+
+def _bound(value: Any, keyword: str, ptr: str) -> Decimal:
+    """A `minimum` / `maximum` (or exclusive) value: its regex grows with the square of its
+    digits, so one of more than `_MAX_BOUND_DIGITS` digits either side of the point is refused."""
+    bound = _decimal(value, keyword, ptr)
+    if max(bound.adjusted() + 1, -bound.as_tuple().exponent) > _MAX_BOUND_DIGITS:
+        raise UnsupportedSchemaError(
+            f"{keyword} {bound:.3E} has more than {_MAX_BOUND_DIGITS} digits before or after "
+            "the point",
+            keyword,
+            ptr,
+        )
+    return bound
+
+
+def _exact(value: int | float) -> Decimal:
+    """A schema number as the compiler reads it: an int exactly (of any length: no text in
+    between), a float as its shortest text (``0.1`` is 1/10)."""
+    return Decimal(value) if isinstance(value, int) else Decimal(repr(value))
 
 
 def _number_literal(v: Decimal) -> str:

@@ -23,44 +23,41 @@ __all__ = [
 ]
 
 
-def _same_length(lo: str, hi: str) -> str:
-    """Digit strings of equal length between lo and hi (inclusive)."""
+def _same_length(lo: str, hi: str) -> list[str]:
+    """Digit strings of equal length between lo and hi (inclusive), as flat alternatives:
+    groups nested one per digit would overflow the regex parser's stack on long bounds."""
     if not lo:
-        return ""
+        return [""]
     if lo[0] == hi[0]:
-        return lo[0] + _group(_same_length(lo[1:], hi[1:]))
+        return [lo[0] + term for term in _same_length(lo[1:], hi[1:])]
     rest = len(lo) - 1
     if set(lo[1:]) <= {"0"} and set(hi[1:]) <= {"9"}:
-        return f"[{lo[0]}-{hi[0]}][0-9]{{{rest}}}" if rest else f"[{lo[0]}-{hi[0]}]"
-    parts = [lo[0] + _group(_same_length(lo[1:], "9" * rest))]
+        return [f"[{lo[0]}-{hi[0]}][0-9]{{{rest}}}" if rest else f"[{lo[0]}-{hi[0]}]"]
+    parts = [lo[0] + term for term in _same_length(lo[1:], "9" * rest)]
     if int(hi[0]) - int(lo[0]) > 1:
         parts.append(f"[{int(lo[0]) + 1}-{int(hi[0]) - 1}][0-9]{{{rest}}}")
-    parts.append(hi[0] + _group(_same_length("0" * rest, hi[1:])))
-    return "|".join(parts)
-
-
-def _group(regex: str) -> str:
-    return f"(?:{regex})" if "|" in regex else regex
+    parts += [hi[0] + term for term in _same_length("0" * rest, hi[1:])]
+    return parts
 
 
 def magnitude_range(lo: int, hi: int | None) -> str | None:
-    """Canonical non-negative integers in [lo, hi] (hi None: unbounded); None when empty."""
+    """Canonical non-negative integers in [lo, hi] (hi None: unbounded); None when empty.
+    The lengths strictly between those of lo and hi are one term (``[1-9][0-9]{a,b}``), so a
+    bound of 300 digits stays a small regex."""
     lo = max(lo, 0)
     if hi is not None and hi < lo:
         return None
-    parts = []
-    length = len(str(lo))
-    while hi is None or length <= len(str(hi)):
-        start = lo if length == len(str(lo)) else 10 ** (length - 1)
-        end = 10**length - 1 if hi is None or length < len(str(hi)) else hi
-        if hi is None and start == 10 ** (length - 1) and length > 1:
-            parts.append(f"[1-9][0-9]{{{length - 1},}}")
-            break
-        parts.append(_same_length(str(start), str(end)))
-        length += 1
-        if hi is None and length > len(str(lo)) + 1:
-            parts.append(f"[1-9][0-9]{{{length - 1},}}")
-            break
+    n = len(str(lo))
+    if hi is not None and len(str(hi)) == n:
+        return "|".join(_same_length(str(lo), str(hi)))
+    parts = _same_length(str(lo), "9" * n)
+    if hi is None:
+        parts.append(f"[1-9][0-9]{{{n},}}")
+        return "|".join(parts)
+    top = len(str(hi))
+    if top - 2 >= n:  # lengths n + 1 .. top - 1
+        parts.append(f"[1-9][0-9]{{{n},{top - 2}}}")
+    parts += _same_length("1" + "0" * (top - 1), str(hi))
     return "|".join(parts)
 
 

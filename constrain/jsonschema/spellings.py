@@ -6,12 +6,13 @@ universe (numbers without exponent, every fraction and sign of zero; strings in 
 as ``json.dumps(..., ensure_ascii=False)`` writes them), exact under intersection and
 complement. The emitter then spells each value lexeme in one of two ways (`SPELLINGS`):
 
-* ``"canonical"`` (generation): a number never has a fraction that can only be zeros (an
-  integer is written ``1972``, never ``1972.0``, so ``json.loads`` gives an `int`), and an
-  integer is never ``-0``. `canonical_numbers` removes exactly those texts from a value DFA:
-  the decimal point after a number text from which only zeros may follow, and ``-0`` as a
-  whole number (``-0.5`` stays). A fraction that may hold other digits stays open (a `number` may be written ``2.50``), so a model is never led
-  into a fraction it cannot end. Strings keep their one encoding.
+* ``"canonical"`` (generation): each number in its one shortest text, as few digits as its
+  value needs: a fraction never ends in ``0`` (``0.3``, never ``0.30``; an integer is written
+  ``1972``, never ``1972.0``, so ``json.loads`` gives an `int`) and zero is never ``-0``
+  (``-0.5`` stays). A model that wrote ``0.30`` must go on to a non-zero digit, so the digits
+  are bounded too: at most 20 before the point and, with a fraction, 17 significant digits
+  (as many as a double holds) and 20 after the point. `canonical_numbers` intersects a value
+  DFA with those texts. Strings keep their one encoding.
 * ``"all"`` (validation): every character of a string (key, value, `enum` or `const`) may
   also be written as any escape JSON allows (``\\uXXXX`` in either case, surrogate pairs
   above U+FFFF, the short escapes, ``\\/``). `every_escape` adds those paths to a DFA: each
@@ -28,19 +29,34 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Callable
+from functools import cache
 
 import numpy as np
 
 from constrain.engine.cache import BoundedCache
-from constrain.engine.regex import DEAD, ByteDFA, dfa_from_table
+from constrain.engine.regex import (
+    DEAD,
+    ByteDFA,
+    combine,
+    compile_regex,
+    dfa_from_table,
+    is_empty_combination,
+)
 
-__all__ = ["SPELLINGS", "canonical_numbers", "every_escape"]
+__all__ = [
+    "MAX_FRACTION_DIGITS",
+    "MAX_INTEGER_DIGITS",
+    "MAX_SIGNIFICANT_DIGITS",
+    "SPELLINGS",
+    "canonical_numbers",
+    "every_escape",
+]
 
 SPELLINGS = ("canonical", "all")
 _KEPT = 512  # expanded DFAs kept (see every_escape) ...
 _KEPT_BYTES = 128 * 2**20  # ... and their tables' bytes at most
 
-_DOT, _ZERO, _MINUS, _QUOTE, _BACKSLASH = (ord(c) for c in '.0-"\\')
+_ZERO, _MINUS, _QUOTE, _BACKSLASH = (ord(c) for c in '0-"\\')
 _QUOTING = (_QUOTE, _BACKSLASH)  # bytes a string reads raw only to end or to escape
 _SHORT = {0x08: "b", 0x09: "t", 0x0A: "n", 0x0C: "f", 0x0D: "r", 0x22: '"', 0x5C: "\\"}
 # (code point, its escape after the backslash) of the characters JSON requires escaped
@@ -54,49 +70,77 @@ _HEX = [(ord(str(d)),) for d in range(10)] + [
 ]  # the bytes of each hex digit (letters in either case)
 
 
-def _from_rows(trans: np.ndarray, accepting: np.ndarray, start: int, pattern: str) -> ByteDFA:
-    """A minimal DFA from a table in `ByteDFA` layout (state 0 dead)."""
-    table = trans[1:].astype(np.int64) - 1  # dead -> -1, state k -> k - 1
-    return dfa_from_table(table, accepting[1:], start - 1, pattern)
-
-
 # -- canonical numbers ---------------------------------------------------------------------------
 
+MAX_INTEGER_DIGITS = 20  # digits before the point: every 64-bit integer (2**64 has 20)
+MAX_SIGNIFICANT_DIGITS = 17  # of a number with a fraction: as many as a double holds
+MAX_FRACTION_DIGITS = 20  # after the point: the exponent bound, magnitudes down to 1e-20
 
-def _zeros_only(trans: np.ndarray) -> np.ndarray:
-    """States from which only zeros may follow (every live byte is ``0``, to such a state)."""
-    live = trans != DEAD
-    out = (live.sum(axis=1) == live[:, _ZERO]) | (live.sum(axis=1) == 0)
-    while True:
-        nxt = trans[:, _ZERO]
-        keep = out & ((nxt == DEAD) | out[nxt])
-        if (keep == out).all():
-            return out
-        out = keep
+
+def _significant(n: int) -> str:
+    """Digit strings of length 1..n that start and end with a non-zero digit."""
+    return "[1-9]" if n == 1 else f"[1-9](?:[0-9]{{0,{n - 2}}}[1-9])?"
+
+
+def _bounded_number() -> str:
+    """The canonical number texts within the digit bounds, as a regex."""
+    fractions = [  # an integer part of k + 1 digits, then 1..16 - k fraction digits: 17 in all
+        f"[1-9][0-9]{{{k}}}\\.[0-9]{{0,{MAX_SIGNIFICANT_DIGITS - k - 2}}}[1-9]"
+        for k in range(MAX_SIGNIFICANT_DIGITS - 1)
+    ]
+    small = [  # 0.000ddd: j leading zeros, then 17 significant digits at most, 20 in all
+        "0" * j + _significant(min(MAX_SIGNIFICANT_DIGITS, MAX_FRACTION_DIGITS - j))
+        for j in range(MAX_FRACTION_DIGITS)
+    ]
+    return (
+        f"0|-?(?:[1-9][0-9]{{0,{MAX_INTEGER_DIGITS - 1}}}|{'|'.join(fractions)}"
+        f"|0\\.(?:{'|'.join(small)}))"
+    )
+
+
+def _not_numbers() -> ByteDFA:
+    """Every byte string that does not start like a number (with ``-`` or a digit)."""
+    trans = np.full((2, 256), 1, dtype=np.int64)
+    trans[0, [_MINUS, *range(_ZERO, _ZERO + 10)]] = -1
+    return dfa_from_table(trans, np.array([False, True]), 0, "not a number")
+
+
+# a fraction ends in a non-zero digit (no "1.0", "0.30"), zero is never "-0"
+_CANONICAL = r"0|-?(?:[1-9][0-9]*(?:\.[0-9]*[1-9])?|0\.[0-9]*[1-9])"
+_BOUNDED = _bounded_number()
+
+
+@cache
+def _universes() -> tuple[ByteDFA, ByteDFA, ByteDFA, ByteDFA]:
+    """(canonical numbers, bounded ones, and each with every text that is no number)."""
+    canonical, bounded = compile_regex(_CANONICAL), compile_regex(_BOUNDED)
+    others = _not_numbers()
+    return (
+        canonical,
+        bounded,
+        combine(canonical, others, "or", "canonical values"),
+        combine(bounded, others, "or", "bounded canonical values"),
+    )
 
 
 def canonical_numbers(dfa: ByteDFA) -> ByteDFA:
-    """`dfa` (a value lexeme) without the number texts that are not canonical: a fraction of
-    zeros where only zeros may follow the point, and the integer ``-0``."""
-    if dfa.is_empty():
-        return dfa
-    trans = dfa.transitions.astype(np.int64)
-    zeros = _zeros_only(trans)
-    after_dot = trans[:, _DOT]
-    redundant = dfa.accepting & (after_dot != DEAD) & zeros[after_dot]
-    changed = bool(redundant.any())
-    trans[redundant, _DOT] = DEAD
-    accepting = dfa.accepting
-    minus = trans[dfa.start, _MINUS]
-    zero = trans[minus, _ZERO] if minus != DEAD else DEAD
-    if zero != DEAD and accepting[zero]:  # "-0" ends there: it goes on only as "-0.5" ...
-        trans = np.vstack([trans, trans[zero]])  # ... from a copy that does not accept
-        accepting = np.append(accepting, False)
-        trans[minus, _ZERO] = len(trans) - 1
-        changed = True
-    if not changed:
-        return dfa
-    return _from_rows(trans, accepting, dfa.start, f"canonical({dfa.pattern})")
+    """`dfa` (a value lexeme) with each number in its one canonical text, within the digit
+    bounds: no fraction ending in ``0`` (``0.3``, never ``0.30``; ``1``, never ``1.0``), never
+    ``-0``, at most `MAX_INTEGER_DIGITS` before the point, and with a fraction at most
+    `MAX_SIGNIFICANT_DIGITS` significant digits and `MAX_FRACTION_DIGITS` after the point (so a
+    model cannot run away on digits). Numbers past the bounds stay when the schema admits only
+    finitely many of them (an `enum`, an integer range) or none within them (``minimum:
+    1e30``): the schema itself bounds them then."""
+    row = dfa.transitions[dfa.start]
+    if dfa.is_empty() or not row[[_MINUS, *range(_ZERO, _ZERO + 10)]].any():
+        return dfa  # no number
+    canonical, bounded, canonical_values, bounded_values = _universes()
+    numbers = combine(dfa, canonical, "and", "numbers")
+    beyond = combine(numbers, bounded, "minus", "numbers beyond the bounds")
+    unbounded = beyond.longest() is None and not beyond.is_empty()
+    if unbounded and not is_empty_combination(numbers, bounded, "and"):
+        return combine(dfa, bounded_values, "and", f"canonical({dfa.pattern})")
+    return combine(dfa, canonical_values, "and", f"canonical({dfa.pattern})")
 
 
 # -- every escape --------------------------------------------------------------------------------

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from constrain.errors import SchemaError
@@ -20,6 +23,7 @@ from constrain.errors import SchemaError
 __all__ = ["TYPE_NAMES", "check_json_value", "check_schema_object", "parse_schema_text"]
 
 TYPE_NAMES = ("null", "boolean", "integer", "number", "string", "array", "object")
+_MAX_DEPTH = 256  # nesting of a schema's values
 
 # keyword -> the kind of value it takes
 _COUNTS = (
@@ -97,9 +101,23 @@ def _is_number(value: Any) -> bool:
 def check_json_value(value: Any, keyword: str | None, pointer: str, depth: int = 0) -> None:
     """`value` is a JSON value (for `enum`, `const`): objects with string keys, arrays (lists),
     strings, finite numbers, booleans and null."""
-    if depth > 256:
-        raise SchemaError("invalid schema: a value nested deeper than 256 levels", keyword, pointer)
-    if value is None or isinstance(value, (bool, int)):
+    if depth > _MAX_DEPTH:
+        raise SchemaError(
+            f"invalid schema: a value nested deeper than {_MAX_DEPTH} levels",
+            keyword or _last(pointer),
+            pointer,
+        )
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        limit = sys.get_int_max_str_digits()
+        if limit and value.bit_length() > 3 * limit and abs(value) >= 10**limit:
+            raise SchemaError(  # no text of it could be read back: json, str() refuse it
+                f"invalid schema: an integer of more than {limit} digits (Python's limit, "
+                "sys.set_int_max_str_digits)",
+                keyword or _last(pointer),
+                pointer,
+            )
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -124,6 +142,13 @@ def check_json_value(value: Any, keyword: str | None, pointer: str, depth: int =
     raise SchemaError(
         f"invalid schema: {_kind(value)} is not a JSON value ({value!r:.60})", keyword, pointer
     )
+
+
+def _last(pointer: str) -> str | None:
+    """The last key of a JSON pointer that is no array index: the keyword holding the value,
+    in a schema."""
+    keys = [k for k in pointer.split("/")[1:] if not k.isdigit()]
+    return keys[-1].replace("~1", "/").replace("~0", "~") if keys else None
 
 
 def _check_text(text: str, keyword: str | None, pointer: str) -> None:
@@ -246,11 +271,45 @@ def _check_strings(keyword: str, value: Any, where: str) -> None:
         _check_text(name, keyword, f"{where}/{i}")
 
 
+def _integer(text: str) -> int:
+    """An integer literal, exactly, however long (`int` refuses more than
+    `sys.get_int_max_str_digits` digits; `check_json_value` then says where it stands)."""
+    return int(text) if len(text) < 4000 else int(Decimal(text))
+
+
+def _too_deep(text: str) -> tuple[str | None, str]:
+    """(keyword, pointer) of the first value of the JSON `text` nested deeper than
+    `_MAX_DEPTH` levels, read without recursion."""
+    path: list[list] = []  # per open container: [is object, key or index]
+    last = ""
+    for token in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{},:]', text):
+        t = token.group()
+        if t[0] == '"':
+            last = t
+        elif t == ":" and path:
+            path[-1][1] = json.loads(last)
+        elif t == "," and path and not path[-1][0]:
+            path[-1][1] += 1
+        elif t in "[{":
+            if len(path) > _MAX_DEPTH:
+                break
+            path.append([t == "{", None if t == "{" else 0])
+        elif path:
+            path.pop()
+    pointer = "".join(f"/{_escape(key)}" for _, key in path)
+    return _last(pointer), pointer
+
+
 def parse_schema_text(text: str) -> Any:
     """A schema given as JSON text, parsed; text that is not JSON is a `SchemaError` saying
     where the parse failed."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_integer)
+    except RecursionError:
+        raise SchemaError(
+            f"invalid schema: a value nested deeper than {_MAX_DEPTH} levels",
+            *_too_deep(text),
+        ) from None
     except json.JSONDecodeError as exc:
         raise SchemaError(
             f"the schema is not JSON text: {exc.msg} at line {exc.lineno} column {exc.colno} "
