@@ -10,7 +10,7 @@ import time
 import pytest
 
 import constrain as cn
-from constrain.engine.grammar.lark_frontend import LARK_MAX_CALLS
+from constrain.engine.grammar.lark_frontend import LARK_MAX_CALLS, LARK_UNITS_PER_CALL
 from constrain.engine.regex import compile_regex
 from constrain.errors import Abandoned, GrammarError, WorkLimitError
 from constrain.fuel import Fuel
@@ -82,6 +82,14 @@ def test_doubling_terminals_stop_at_the_active_fuel():
     assert info.value.limit == "max_work" and "Lark" in info.value.stage
 
 
+def test_doubling_terminals_stop_at_the_call_cap_under_a_large_fuel():
+    """A request's fuel never lets lark run past `LARK_MAX_CALLS` (seconds, not minutes)."""
+    start = time.monotonic()
+    with Fuel(10**12).active(), pytest.raises(GrammarError, match="LARK_MAX_CALLS"):
+        cn.Grammar.from_lark(doubling_terminals(20))
+    assert time.monotonic() - start < 40
+
+
 def test_real_grammars_load_well_within_the_call_cap():
     import lark
 
@@ -91,7 +99,7 @@ def test_real_grammars_load_well_within_the_call_cap():
     with open(path, encoding="utf-8") as f:
         text = f.read()
     calls = used(_load, text, "<python.lark>", ImportResolver(), "file_input")
-    assert calls * 5 < LARK_MAX_CALLS
+    assert calls // LARK_UNITS_PER_CALL * 5 < LARK_MAX_CALLS
 
 
 # -- (b) the same input burns the same units -----------------------------------------------------

@@ -37,7 +37,7 @@ def create_app(served: Served, scheduler: Scheduler, access: Access | None = Non
     """The FastAPI application serving `served` through `scheduler` (started and stopped
     with the application), behind `access`'s checks (default: a loopback server's)."""
     access = access or Access()
-    preparer = Preparer(served.limits)
+    preparer = Preparer(served.limits, scheduler.give_way)
 
     @asynccontextmanager
     async def lifespan(app):

@@ -64,8 +64,9 @@ class Preparer:
     """Prepares requests in its own threads, each under its own fuel (see the module
     docstring); `close` abandons every preparation under way."""
 
-    def __init__(self, limits: Limits):
+    def __init__(self, limits: Limits, give_way: Callable[[], None] | None = None):
         self.limits = limits
+        self.give_way = give_way  # called every few thousand units (`Scheduler.give_way`)
         self.pool = ThreadPoolExecutor(limits.max_compiling + _CHEAP_LANES,
                                        thread_name_prefix="constrain-prepare")  # fmt: skip
         self.under_way: set[Fuel] = set()  # touched by the event loop's thread only
@@ -87,7 +88,7 @@ class Preparer:
                 code="too_many_preparations",
             )
         fuel = Fuel(self.limits.prepare_fuel, limit="--prepare-fuel",
-                    seconds=self.limits.prepare_seconds)  # fmt: skip
+                    seconds=self.limits.prepare_seconds, pause=self.give_way)  # fmt: skip
         self.under_way.add(fuel)
         try:
             work = asyncio.get_running_loop().run_in_executor(

@@ -14,6 +14,7 @@ import collections
 import contextlib
 import ctypes
 import gc
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from constrain.serve.sections import Answer
 __all__ = ["Choice", "Scheduler", "Ticket", "Update"]
 
 _TRIM_EVERY = 2.0  # seconds between returns of freed heap pages to the system
+_GIVE_WAY = 0.002  # seconds another thread's long work sleeps while a step is under way
+_SWITCH_INTERVAL = 0.001  # seconds a thread holds the GIL while another waits for it
 
 
 def _heap_trimmer():
@@ -98,6 +101,9 @@ class Scheduler:
 
     def start(self) -> None:
         gc.freeze()  # the model and the compiled constraints stay: full collections skip them
+        # the decoding thread takes the GIL back after each tensor operation: a short switch
+        # interval keeps it from waiting long behind preparations (see `give_way`)
+        sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL))
         self.thread.start()
 
     def stop(self) -> None:
@@ -124,6 +130,13 @@ class Scheduler:
             self.waiting.append(ticket)
             self.metrics.requests += 1
             self.wake.notify()
+
+    def give_way(self) -> None:
+        """Sleep briefly while a step is under way (called by other threads' long work): the
+        decoding thread takes the GIL back between its tensor operations at once, instead of
+        waiting out the interpreter's switch interval after each of them."""
+        if self.busy_since is not None:
+            time.sleep(_GIVE_WAY)
 
     @property
     def sequences_in_flight(self) -> int:

@@ -20,8 +20,8 @@ compiled here, within the compilation's deadline.
 
 lark's loading can take time and memory exponential in the text (terminals that double:
 ``T1: T0 T0``, ``T2: T1 T1``, ...), and lark checks no limit, so it is metered by its Python
-calls (`constrain.fuel.Fuel.metering_calls`): against the active fuel when there is one, else
-against `LARK_MAX_CALLS`.
+calls (`constrain.fuel.Fuel.metering_calls`) against `LARK_MAX_CALLS`, and against the active
+fuel when there is one (`LARK_UNITS_PER_CALL` each).
 """
 
 from __future__ import annotations
@@ -41,13 +41,14 @@ from constrain.engine.regex import compile_regex, syntax_chars
 from constrain.errors import Abandoned, GrammarError, RegexError, WorkLimitError
 from constrain.fuel import Fuel, stage
 
-__all__ = ["LARK_MAX_CALLS", "ImportResolver", "ir_from_lark", "read_lark"]
+__all__ = ["LARK_MAX_CALLS", "LARK_UNITS_PER_CALL", "ImportResolver", "ir_from_lark", "read_lark"]
 
 # Python calls lark's loading may make without an active fuel. lark's own python.lark takes
 # 235k, the grammar library at most 85k (docs/limits.md); a grammar of doubling terminals
 # takes twice as many per level (20 levels would take 280 s and 6 GB): it fails after about
 # 6 s instead. Imports found by `ImportResolver` are read within the count.
 LARK_MAX_CALLS = 2_000_000
+LARK_UNITS_PER_CALL = 3  # of the active fuel: a metered call takes about 3 us (docs/limits.md)
 
 # loaded once per process before any grammar is metered: lark builds its own parser on its
 # first load (~400k calls) and Python fills per-class caches on first use, which would
@@ -98,19 +99,19 @@ def _load(text: str, source: str, resolver: ImportResolver, start: str):
 
     _warm_lark()
     with stage("loading the Lark grammar") as active:
-        meter = active or Fuel(LARK_MAX_CALLS, limit="LARK_MAX_CALLS")
+        meter = Fuel(LARK_MAX_CALLS, limit="LARK_MAX_CALLS")
         try:
-            with meter.metering_calls():
+            with meter.metering_calls(active, LARK_UNITS_PER_CALL):
                 grammar, _ = load_grammar(text, source, [resolver], False)
                 return grammar.compile([start], set())
         except Exception:
             # lark may wrap the meter's error (a transformer's VisitError) or fail on the
-            # state it left: the meter says first whether it stopped the loading
+            # state it left: the meters say first whether they stopped the loading
+            if active is not None:
+                active.burn(0)
             try:
                 meter.burn(0)
             except WorkLimitError:
-                if active is not None:
-                    raise
                 raise GrammarError(
                     f"lark's loading of the grammar needs more than {LARK_MAX_CALLS:,} Python "
                     f"calls (LARK_MAX_CALLS); terminals built from copies of other terminals "
