@@ -224,3 +224,13 @@ def test_hostile_values_compile_or_raise_a_constrain_error(keyword, schema):
         text = random_text(grammar.ir, rng)
         with localcontext(Context(prec=1000)):
             assert validator.is_valid(json.loads(text, parse_float=Decimal)), text
+
+
+@pytest.mark.xfail(strict=True, reason="pre-existing: `if` over a long maxLength drops strings")
+def test_if_over_a_long_length_bound_keeps_valid_strings():
+    """Found by the property test (not part of issue 34): a `maxLength` above 256 (kept
+    symbolic as `Lengths`) inside `if` makes the grammar refuse ``"1"``, which `jsonschema`
+    accepts."""
+    schema = {"if": {"maxLength": 300}, "then": {"type": "string"}}
+    assert jsonschema.Draft202012Validator(schema).is_valid("1")
+    assert cn.Grammar.from_json_schema(schema).matches('"1"')
