@@ -17,11 +17,13 @@ PERSON = {
 }
 
 
-def client(url: str):
-    """The official client of the server at `url` (no retries: a failure shows)."""
+def client(url: str, retries: int = 0):
+    """The official client of the server at `url` (no retries unless asked: a failure
+    shows; a client sending many new schemas at once retries the 429 of a busy compiler, as
+    the SDK does by default)."""
     import openai
 
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=120, max_retries=0)
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=120, max_retries=retries)
 
 
 def with_template(model, template: str):

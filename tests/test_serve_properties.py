@@ -69,7 +69,7 @@ def ask(url: str, case: int, schemas: list[dict]) -> tuple[dict, dict, object]:
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": "x", "schema": schema}}  # fmt: skip
     try:
-        return body, schema, client(url).chat.completions.create(**body)
+        return body, schema, client(url, retries=8).chat.completions.create(**body)
     except openai.BadRequestError as exc:
         return body, schema, exc
 

@@ -128,20 +128,23 @@ class ConstraintSpec:
         text = self.kind == "grammar" and isinstance(self.grammar, str)
         grammar = grammar_from(self.grammar) if self.kind == "grammar" and not text else None
         key = ("grammar-text", self.grammar) if text else self._key(grammar)
+        if grammar is None:  # keyed by content: built once however many ask at once
+            return kept.get_or_build(
+                key, lambda: Constraint(grammar_from(self.grammar) if text else self._compile(),
+                                        vocab)  # fmt: skip
+            )
         found = kept.get(key)
-        if found is None or (grammar is not None and found.grammar is not grammar):
-            if text:
-                grammar = grammar_from(self.grammar)
-            found = kept[key] = Constraint(grammar or self._compile(), vocab)
+        if found is None or found.grammar is not grammar:
+            found = kept[key] = Constraint(grammar, vocab)
         return found
 
     def is_compiled(self, vocab: Vocabulary) -> bool:
-        """Whether `constraint(vocab)` would be found compiled (a free lookup: a grammar
-        object or file is not read; those count as not compiled)."""
+        """Whether `constraint(vocab)` would be found compiled or being compiled (a free
+        lookup: a grammar object or file is not read; those count as not compiled)."""
         if self.kind == "grammar" and not isinstance(self.grammar, str):
             return False
         key = ("grammar-text", self.grammar) if self.kind == "grammar" else self._key(None)
-        return key in compiled_constraints(vocab)
+        return compiled_constraints(vocab).holds(key)
 
     def _key(self, grammar: EngineGrammar | None) -> tuple:
         options = tuple(sorted((self.schema_options or {}).items()))

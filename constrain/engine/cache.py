@@ -139,6 +139,11 @@ class BoundedCache(Generic[K, V]):
         with self._lock:
             return key in self._items
 
+    def holds(self, key: object) -> bool:
+        """Whether `key` has a value, or one being built by `get_or_build`."""
+        with self._lock:
+            return key in self._items or key in self._pending
+
     def __len__(self) -> int:
         return len(self._items)
 
