@@ -62,8 +62,9 @@ class Watch:
 @pytest.fixture(scope="module")
 def server():
     """(base URL, pid, memory watch) of a child `constrain serve` with small limits."""
-    with serve.spawned(max_tokens=16, max_compiling=2, prepare_fuel=20_000_000,
-                       max_body_bytes=2**20, timeout=30) as (url, pid):  # fmt: skip
+    limits = dict(max_compiling=2, compile_wait=0.5, prepare_fuel=20_000_000,
+                  max_body_bytes=2**20)  # fmt: skip
+    with serve.spawned(max_tokens=16, timeout=30, **limits) as (url, pid):
         watch = Watch(pid)
         yield url, pid, watch
         watch.stop.set()

@@ -4,11 +4,11 @@ A request is refused as soon as it asks for more than a limit allows, before the
 the work the limit is there to bound: the body's size before it is read, the number of
 messages and tools before they are checked, the prompt's characters before it is tokenized,
 ``n`` x ``particles`` before any sequence exists, the preparations under way before another
-starts (and the compiles of constraints not seen before: a cached one never waits behind
-them), and every stage of preparing it (compiling, planning completions, the first masks)
+starts, the compiles of constraints not seen before (`max_compiling` at once, the others
+wait for a slot up to `compile_wait` seconds; a compiled one never waits), and every stage of preparing it (compiling, planning completions, the first masks)
 under one `Fuel` of ``prepare_fuel`` units. Each limit is a server option (``constrain serve
 --max-body-bytes ...``) and each refusal names it: 413 for the body, 429 for the
-preparations (busy: retry), 400 for the rest. docs/serving.md lists the defaults.
+preparations and compiles (busy: retry), 400 for the rest. docs/serving.md lists the defaults.
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ class Limits:
     max_sequences: int = _limit(64, "sequences one request decodes at once: n x particles")
     max_preparing: int = _limit(64, "requests being prepared at once, waiting included "
                                 "(then 429)")  # fmt: skip
-    max_compiling: int = _limit(4, "constraints not compiled before, compiled at once: one "
-                                "more is a 429, a compiled one passes")  # fmt: skip
+    max_compiling: int = _limit(4, "constraints not compiled before, compiled at once; one "
+                                "more waits for a slot (a compiled one never waits)")  # fmt: skip
+    compile_wait: float = _limit(10.0, "seconds a new constraint waits for a compile slot "
+                                 "(then 429)")  # fmt: skip
     prepare_fuel: int = _limit(10_000_000, "work units (about 1 us each) to prepare one "
                                "request: parse, compile, plan, first masks")  # fmt: skip
     prepare_seconds: float = _limit(60.0, "wall-clock backstop of one preparation (503)")

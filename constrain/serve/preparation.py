@@ -1,10 +1,9 @@
 """Preparing a request: its body read, compiled and planned under one `Fuel`, off the
 scheduler's thread.
 
-Everything a request needs before its first decoding step runs here, in a pool of threads
-(`Limits.max_compiling` of them may compile at once, two more serve requests whose
-constraints are compiled; beyond `Limits.max_preparing` requests under way, one more is a
-429), under one fuel of `Limits.prepare_fuel` work units: parsing the body, reading it into a `Request`
+Everything a request needs before its first decoding step runs here, in a thread of its own
+(beyond `Limits.max_preparing` requests under way, one more is a 429; `Limits.max_compiling`
+of them may compile new constraints at once, see `protocol`), under one fuel of `Limits.prepare_fuel` work units: parsing the body, reading it into a `Request`
 (compiling its constraints), planning their shortest completions and building their first
 masks (`AnswerPlan.prepare`). Work is counted, not timed, so a request gets the same answer
 on an idle and on a loaded server; running out is a 400 naming the limit. While the work runs
@@ -32,7 +31,6 @@ __all__ = ["Preparer", "read_body"]
 
 Reader = Callable[[Mapping, Served], Request]
 _WATCH_EVERY = 0.1  # seconds between two looks at the client while its request is prepared
-_CHEAP_LANES = 2  # threads beyond the compile slots: a cached request never waits for a compile
 
 
 async def read_body(http, limits: Limits) -> bytes:
@@ -67,8 +65,9 @@ class Preparer:
     def __init__(self, limits: Limits, give_way: Callable[[], None] | None = None):
         self.limits = limits
         self.give_way = give_way  # called every few thousand units (`Scheduler.give_way`)
-        self.pool = ThreadPoolExecutor(limits.max_compiling + _CHEAP_LANES,
-                                       thread_name_prefix="constrain-prepare")  # fmt: skip
+        # a thread per request under way: at most `max_compiling` of them compile, the
+        # others wait for a slot or do cheap work, so a cached request never waits
+        self.pool = ThreadPoolExecutor(limits.max_preparing, thread_name_prefix="constrain-prepare")
         self.under_way: set[Fuel] = set()  # touched by the event loop's thread only
 
     async def prepare(self, read: Reader, raw: bytes, served: Served, http) -> Request | None:

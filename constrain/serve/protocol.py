@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
@@ -22,6 +23,7 @@ from typing import Any
 
 from constrain.constraints import ConstraintSpec
 from constrain.errors import Abandoned, ConstrainError, UnsupportedSchemaError, WorkLimitError
+from constrain.fuel import burn
 from constrain.models.base import PromptIds
 from constrain.models.prompts import encode_chat, encode_text, render_chat
 from constrain.options import SMC, DecodingConfig, Speculative
@@ -385,13 +387,15 @@ def _format(body: Mapping, served: Served) -> toolbox.ToolFormat:
 def _compile(spec: ConstraintSpec, served: Served, param: str, syntax: str | None = None):
     """The spec's constraint (cached by content); a bad one is a 400 naming the keyword and
     JSON pointer (schemas) or position (regexes, grammars; and which syntax a grammar was
-    read in). A compile takes one of the server's compile slots: none free is a 429."""
+    read in). A compile takes one of the server's compile slots: none free within
+    `Limits.compile_wait` is a 429."""
     vocab = served.model.vocab
     slot = None if spec.is_compiled(vocab) else served.compile_slots
-    if slot is not None and not slot.acquire(blocking=False):
+    if slot is not None and not _acquire(slot, served.limits.compile_wait):
         raise RequestError(
-            f"the server is compiling {served.limits.max_compiling} constraints already, its "
-            f"limit (--max-compiling): retry later",
+            f"the server has been compiling {served.limits.max_compiling} constraints, its "
+            f"limit (--max-compiling), for the {served.limits.compile_wait:g} s this request "
+            f"waited (--compile-wait): retry later",
             status=429,
             code="too_many_compiles",
         )
@@ -411,6 +415,16 @@ def _compile(spec: ConstraintSpec, served: Served, param: str, syntax: str | Non
     finally:
         if slot is not None:
             slot.release()
+
+
+def _acquire(slot: threading.Semaphore, seconds: float) -> bool:
+    """Take `slot` within `seconds`; the request's fuel may abandon the wait."""
+    deadline = time.monotonic() + seconds
+    while not slot.acquire(timeout=min(0.1, max(deadline - time.monotonic(), 0))):
+        burn(0)  # raises Abandoned once the client has gone
+        if time.monotonic() >= deadline:
+            return False
+    return True
 
 
 def _config(body: Mapping, served: Served, max_tokens: int) -> DecodingConfig:

@@ -99,6 +99,7 @@ class Completions:
         d0, count, cost = 0, 0, 0.0
         for d, sym in enumerate(next_sym):
             if sym is None:  # the end of rule d0
+                burn(1)
                 if cost < _INF:
                     unsolved[d0], known[d0] = count, cost
                     if not count:

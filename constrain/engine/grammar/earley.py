@@ -53,7 +53,6 @@ class EarleyParser:
     """The grammar compiled to dotted rules; builds and interns `ChartNode`s."""
 
     def __init__(self, ir: GrammarIR, lexeme_ids: dict[str, int]):
-        burn(sum(1 + len(r.rhs) for r in ir.rules))  # the active fuel: the dotted rules
         nts = sorted(ir.nonterminals() | {_SUPER_START})
         nt_id = {n: i for i, n in enumerate(nts)}
         rules = [(_SUPER_START, (ir.start,))] + [(r.lhs, r.rhs) for r in ir.rules]
@@ -63,6 +62,7 @@ class EarleyParser:
         lhs_of: list[int] = []
         first_dotted: dict[int, list[int]] = {i: [] for i in range(len(nts))}
         for lhs, rhs in rules:
+            burn(1 + len(rhs))  # the active fuel: a unit per dotted rule
             first_dotted[nt_id[lhs]].append(len(next_sym))
             for sym in rhs:
                 next_sym.append(nt_id[sym] if sym in nt_id else ~lexeme_ids[sym])
@@ -118,6 +118,7 @@ class EarleyParser:
             item = agenda.pop()
             if item in items:
                 continue
+            burn(1)  # the active fuel: a unit per item
             items[item] = None
             d, origin = item
             sym = next_sym[d]
@@ -129,7 +130,7 @@ class EarleyParser:
                     self._add_prediction(sym, items, predicted)
                 if nullable[sym]:
                     agenda.append((d + 1, origin))
-        burn(1 + len(items) + len(kernel))
+        burn(1 + len(kernel))
         key = frozenset(items)
         node = self._interned.get(key)
         if node is None:
@@ -153,7 +154,9 @@ class EarleyParser:
         the nonterminals it predicts."""
         items, predicted, stack = [], {a}, [a]
         while stack:
-            for d in self._first_dotted[stack.pop()]:
+            first = self._first_dotted[stack.pop()]
+            burn(1 + len(first))  # a unit per item (as it is added, so the work can stop)
+            for d in first:
                 while True:
                     items.append(d)
                     sym = self.next_sym[d]
@@ -165,7 +168,6 @@ class EarleyParser:
                     if not self.nullable[sym]:
                         break
                     d += 1
-        burn(1 + len(items))
         return dict.fromkeys((d, None) for d in items), frozenset(predicted)
 
 

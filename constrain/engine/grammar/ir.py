@@ -113,11 +113,11 @@ class GrammarIR:
             GrammarError: an unknown symbol (named, with the rule using it), a lexeme matching
                 the empty string or nothing at all, or an empty language.
         """
-        burn(sum(1 + len(r.rhs) for r in self.rules))  # the active fuel: a few passes
         nonterminals = self.nonterminals()
         if self.start not in nonterminals:
             raise GrammarError(f"the start rule {self.start!r} is not defined")
         for rule in self.rules:
+            burn(1 + len(rule.rhs))  # the active fuel: a unit per symbol, for the passes here
             for sym in rule.rhs:
                 if sym not in nonterminals and sym not in self.lexemes:
                     kind = "terminal" if sym.isupper() else "rule"
@@ -146,14 +146,16 @@ class GrammarIR:
             raise GrammarError(
                 f"the grammar's language is empty: rule {self.start!r} derives no finite text"
             )
-        rules = [
-            r for r in self.rules if r.lhs in productive and all(s in productive for s in r.rhs)
-        ]
-        reachable, stack = {self.start}, [self.start]
+        rules: list[Rule] = []
         by_lhs: dict[str, list[Rule]] = {}
-        for r in rules:
-            by_lhs.setdefault(r.lhs, []).append(r)
+        for r in self.rules:
+            burn(1)
+            if r.lhs in productive and all(s in productive for s in r.rhs):
+                rules.append(r)
+                by_lhs.setdefault(r.lhs, []).append(r)
+        reachable, stack = {self.start}, [self.start]
         while stack:
+            burn(1)
             for r in by_lhs.get(stack.pop(), []):
                 for s in r.rhs:
                     if s not in reachable:
@@ -175,6 +177,7 @@ def derivable(rules: Iterable[tuple[str, Sequence[str]]], given: Iterable[str]) 
     users: dict[str, list[int]] = {}
     ready = []
     for i, (lhs, rhs) in enumerate(rules):
+        burn(1)
         for sym in rhs:
             if sym not in done:
                 missing[i] += 1
@@ -183,6 +186,7 @@ def derivable(rules: Iterable[tuple[str, Sequence[str]]], given: Iterable[str]) 
             done.add(lhs)
             ready.append(lhs)
     while ready:
+        burn(1)
         for i in users.pop(ready.pop(), ()):
             missing[i] -= 1
             lhs = rules[i][0]
