@@ -160,9 +160,9 @@ def test_limits_hold_before_the_work(server):
 
 def test_concurrent_compiles_beyond_the_limit_are_429(server):
     url, _, _ = server
-    slow = dict(grammar=DOUBLING)
+    slow = [dict(grammar=DOUBLING.replace('"ab"', f'"a{i}"')) for i in range(4)]  # distinct
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        answers = list(pool.map(lambda _: chat(url, 120, **slow), range(4)))
+        answers = list(pool.map(lambda fields: chat(url, 120, **fields), slow))
     statuses = sorted(r.status_code for r in answers)
     assert 429 in statuses and set(statuses) <= {400, 429}, statuses
     for r in answers:
