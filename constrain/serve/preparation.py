@@ -31,6 +31,7 @@ __all__ = ["Preparer", "read_body"]
 
 Reader = Callable[[Mapping, Served], Request]
 _WATCH_EVERY = 0.1  # seconds between two looks at the client while its request is prepared
+_CLIENT_LEFT = "the client went away"
 
 
 async def read_body(http, limits: Limits) -> bytes:
@@ -64,7 +65,7 @@ class Preparer:
 
     def __init__(self, limits: Limits, give_way: Callable[[], None] | None = None):
         self.limits = limits
-        self.give_way = give_way  # called every few thousand units (`Scheduler.give_way`)
+        self.give_way = give_way  # called every thousand units (`Scheduler.give_way`)
         # a thread per request under way: at most `max_compiling` of them compile, the
         # others wait for a slot or do cheap work, so a cached request never waits
         self.pool = ThreadPoolExecutor(limits.max_preparing, thread_name_prefix="constrain-prepare")
@@ -95,10 +96,10 @@ class Preparer:
             )
             while not (await asyncio.wait({work}, timeout=_WATCH_EVERY))[0]:
                 if fuel.stopped is None and await http.is_disconnected():
-                    fuel.cancel("the client went away")
+                    fuel.cancel(_CLIENT_LEFT)
             return work.result()
         except Abandoned as exc:
-            if fuel.stopped == "the client went away":
+            if fuel.stopped == _CLIENT_LEFT:
                 return None
             raise RequestError(f"the request was abandoned: {exc.reason}", status=503,
                                code="abandoned") from None  # fmt: skip
