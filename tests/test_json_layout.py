@@ -125,7 +125,9 @@ ANY = {}  # every JSON value
 def _number(rng: random.Random):
     if rng.random() < 0.5:
         return rng.randint(-1000, 1000)
-    return rng.choice([-1, 1]) * rng.randint(1, 99999) / 100  # never -0.0, never an exponent
+    value = rng.choice([-1, 1]) * rng.randint(1, 99999) / 100  # never -0.0, never an exponent
+    # a whole float is written 694.0, which the one spelling per number refuses (694)
+    return int(value) if value.is_integer() else value
 
 
 def _person(rng):
