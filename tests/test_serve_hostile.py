@@ -7,7 +7,7 @@ beyond the limits (bodies, prompts, particles, concurrent compiles), text that t
 become control (roles, special tokens in names), and input that used to pass as success or
 crash (non-object tool arguments, deep bodies, huge numbers, retyped fields). Every answer
 must arrive within its bound, be a 4xx naming what is wrong (never a 500) or a valid answer,
-a probe request sent meanwhile must answer within twice its idle latency, /health must tell
+a probe request sent meanwhile must answer within twice its idle latency (and `NOISE`), /health must tell
 the truth, memory must stay within `RSS_GROWTH`, and SIGTERM must end the server in seconds.
 """
 
@@ -30,6 +30,7 @@ pytest.importorskip("uvicorn")
 from constrain import serve  # noqa: E402
 
 RSS_GROWTH = 1.5 * 2**30  # bytes the server may grow by over the whole suite
+NOISE = 1.0  # seconds of a shared machine's noise allowed on top of twice the idle latency
 ASK = [{"role": "user", "content": "Answer."}]
 DOUBLING = "\n".join(
     ["start: T20", 'T0: "ab"'] + [f"T{i}: T{i - 1} T{i - 1}" for i in range(1, 21)]
@@ -56,7 +57,10 @@ class Watch:
 
     def _sample(self):
         while not self.stop.wait(0.2):
-            self.peak = max(self.peak, rss(self.pid))
+            try:
+                self.peak = max(self.peak, rss(self.pid))
+            except OSError:  # the server has exited
+                return
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +123,7 @@ def test_runaway_work_is_bounded_and_never_stalls_the_others(server):
             response = attack.result()
         took = time.perf_counter() - started
         assert health.status_code == 200 and health.json()["status"] == "ok", name
-        assert probe <= 2 * idle + 0.5, (name, probe, idle)
+        assert probe <= 2 * idle + NOISE, (name, probe, idle)
         assert took < 60, (name, took)
         if response.status_code == 200:  # within the budget: the answer holds
             choice = response.json()["choices"][0]
@@ -225,24 +229,19 @@ def test_huge_numbers_in_the_body_are_a_400(server):
     refused(response)
 
 
-def test_sigterm_ends_the_server_within_seconds_while_it_works():
-    with serve.spawned(prepare_fuel=10**12, prepare_seconds=600) as (url, pid):
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            pool.submit(chat, url, 30, grammar=DOUBLING.replace("T20", "T24"))
-            time.sleep(1.0)
-            assert httpx.get(f"{url}/health", timeout=5).json()["preparing"] == 1
-            started = time.monotonic()
-            os.kill(pid, signal.SIGTERM)
-            while time.monotonic() - started < 15:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                if _exited(pid):
-                    break
-                time.sleep(0.1)
-            took = time.monotonic() - started
-        assert took < 10, f"the server took {took:.1f} s to exit after SIGTERM"
+def test_sigterm_ends_the_server_within_seconds_while_it_works(server):
+    """Last in this module: it ends the module's server, while a preparation runs."""
+    url, pid, _ = server
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(chat, url, 30, grammar=DOUBLING.replace('"ab"', '"ba"'))
+        time.sleep(1.0)
+        assert httpx.get(f"{url}/health", timeout=5).json()["preparing"] == 1
+        started = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        while time.monotonic() - started < 15 and not _exited(pid):
+            time.sleep(0.1)
+        took = time.monotonic() - started
+    assert took < 10, f"the server took {took:.1f} s to exit after SIGTERM"
 
 
 def _exited(pid: int) -> bool:

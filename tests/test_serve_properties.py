@@ -103,7 +103,7 @@ def test_finished_answers_validate_and_cut_ones_say_length(url):
 
 # -- mutated requests -------------------------------------------------------------------------
 
-MUTATED = 48
+MUTATED = 24
 PERSON_TOOL = {"type": "function", "function": {"name": "person", "parameters": {
     "type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
                                      "age": {"type": "integer"}},
