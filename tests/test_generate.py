@@ -25,6 +25,7 @@ GENERATION_REGEXES = [
 ]
 
 
+@pytest.mark.slow  # 90 s; the shorter sampling tests cover the same path
 def test_thousand_sampled_generations_all_match(tiny_model):
     """1,000 generations with a random-weight model across regexes all fully match (AWRS and
     LCD alternating: a random model is AWRS's worst case, nearly every step falls back to a

@@ -329,7 +329,10 @@ COMPLETION_SCHEMAS = [
 
 @pytest.mark.parametrize(
     "grammar",
-    [library.load(n) for n in library.names()]
+    [
+        pytest.param(library.load(n), marks=pytest.mark.slow) if n == "sql" else library.load(n)
+        for n in library.names()
+    ]  # sql: 20 s
     + [cn.Grammar.from_json_schema(s) for s in COMPLETION_SCHEMAS]
     + [cn.Grammar.from_regex(r"(ab|c)*d{2,3}")],
     ids=library.names() + ["schema-recursive", "schema-array", "regex"],

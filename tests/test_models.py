@@ -149,6 +149,7 @@ def test_pending_tokens_of_several_streams_are_fed_in_one_batched_forward(tiny_m
     )
 
 
+@pytest.mark.slow  # 40 s: converts the GGUF weights again
 def test_cached_model_gives_the_gguf_models_logits(smollm):
     """The converted cache must reproduce the GGUF-loaded model exactly (acceptance check)."""
     from constrain.models import load_gguf_uncached

@@ -220,7 +220,10 @@ def test_full_queue_answers_429_with_retry_after(smollm):
     assert refused.headers["Retry-After"] and refused.json()["error"]["code"] == "queue_full"
 
 
-@pytest.mark.parametrize("family", sorted(TEMPLATES))
+@pytest.mark.parametrize(
+    "family",  # one family in the fast suite (30 s each); all with -m slow
+    [f if f == "hermes" else pytest.param(f, marks=pytest.mark.slow) for f in sorted(TEMPLATES)],
+)
 def test_tool_calls_in_each_family_format(smollm, family):
     model = with_template(smollm, TEMPLATES[family])
     with serving(model, max_tokens=80) as base:
