@@ -149,9 +149,9 @@ def read_chat(body: Mapping, served: Served) -> Request:
         try:
             ids = encode_chat(served.tokenizer, messages, tools=tools_arg)
         except ConstrainError as exc:
-            field = str(exc).split(" ", 1)[0]  # the field it names, if any
-            raise RequestError(str(exc), field if field[:5] in ("messa", "tools") else
-                               "messages") from None  # fmt: skip
+            named = str(exc).split(" ", 1)[0]  # the field it names ("messages[0].role"), if any
+            field = named if named.startswith(("messages", "tools")) else "messages"
+            raise RequestError(str(exc), field) from None
     else:
         text = "\n\n".join(m["content"] or "" for m in messages)
         limits.check_prompt(len(text), served.model.context_length, "messages")
