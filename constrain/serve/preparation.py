@@ -122,19 +122,16 @@ def _prepare(fuel: Fuel, read: Reader, raw: bytes, served: Served) -> Request:
         if model is not None and model != served.name:
             raise RequestError(f"model {model!r} is not served here (only {served.name!r})",
                                "model", status=404, code="model_not_found")  # fmt: skip
-        with stage("reading the request"):
-            try:
-                request = read(body, served)
-            except (RequestError, Abandoned):
-                raise
-            except WorkLimitError as exc:
-                raise RequestError(str(exc), code="work_limit_exceeded") from None
-            except (AttributeError, KeyError, TypeError, ValueError, RecursionError) as exc:
-                raise RequestError(f"malformed request: {type(exc).__name__}: {exc}") from None
         try:
+            with stage("reading the request"):
+                request = read(body, served)
             request.plan.prepare()
-        except WorkLimitError as exc:
+        except (RequestError, Abandoned):
+            raise
+        except WorkLimitError as exc:  # outside a compile (which names its field)
             raise RequestError(str(exc), code="work_limit_exceeded") from None
+        except (AttributeError, KeyError, TypeError, ValueError, RecursionError) as exc:
+            raise RequestError(f"malformed request: {type(exc).__name__}: {exc}") from None
     return request
 
 

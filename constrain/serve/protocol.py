@@ -128,7 +128,7 @@ class Request:
 def read_chat(body: Mapping, served: Served) -> Request:
     """A chat completions body, read (`RequestError` names what is wrong)."""
     _check_fields(body, _COMMON | _CHAT_ONLY, "chat completions")
-    _sequences(body, served)
+    n = _sequences(body, served)
     limits = served.limits
     for name, limit in (("messages", limits.max_messages), ("tools", limits.max_tools)):
         if isinstance(body.get(name), list):
@@ -184,7 +184,8 @@ def read_chat(body: Mapping, served: Served) -> Request:
         body_spec = ConstraintSpec(schema=schema, schema_options=conventions.schema_options(body))
         body_constraint = _compile(body_spec, served, "tools")
         calls = Calls(fmt, body_constraint, "auto" if choice == "auto" else "required", parallel)
-    request = _request("chat", body, served, PromptIds(tuple(ids)), max_tokens, thinking, calls)
+    request = _request("chat", body, served, PromptIds(tuple(ids)), n, max_tokens,
+                       thinking, calls)
     if calls is not None and calls.choice == "required":
         need = request.plan.shortest_call
         if need > max_tokens:
@@ -200,7 +201,7 @@ def read_chat(body: Mapping, served: Served) -> Request:
 def read_completion(body: Mapping, served: Served) -> Request:
     """A (legacy) completions body, read."""
     _check_fields(body, _COMMON | {"prompt", "echo", "suffix", "best_of"}, "completions")
-    _sequences(body, served)
+    n = _sequences(body, served)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]
@@ -209,7 +210,7 @@ def read_completion(body: Mapping, served: Served) -> Request:
     served.limits.check_prompt(len(prompt), served.model.context_length, "prompt")
     ids = encode_text(served.tokenizer, prompt)
     max_tokens = _positive_int(body, "max_tokens", served.max_tokens)
-    return _request("completion", body, served, PromptIds(tuple(ids)), max_tokens, None, None)
+    return _request("completion", body, served, PromptIds(tuple(ids)), n, max_tokens, None, None)
 
 
 def _sequences(body: Mapping, served: Served) -> int:
@@ -231,7 +232,7 @@ def _sequences(body: Mapping, served: Served) -> int:
     return n
 
 
-def _request(kind, body, served, prompt, max_tokens, thinking, calls) -> Request:
+def _request(kind, body, served, prompt, n, max_tokens, thinking, calls) -> Request:
     wanted = conventions.content_constraint(body)
     content_spec = wanted.spec
     content = _compile(content_spec, served, wanted.param, wanted.syntax)
@@ -268,7 +269,6 @@ def _request(kind, body, served, prompt, max_tokens, thinking, calls) -> Request
         config.fit_max_tokens,
         max_tokens,
     )
-    n = _sequences(body, served)
     seed = body.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)
                              or not 0 <= seed < 2**63):  # fmt: skip
