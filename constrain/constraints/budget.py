@@ -173,6 +173,7 @@ class Budgeted(MatcherWrapper):
         fits = self.plans.owed_after(inner.state) <= room
         if first is not None:
             fits[first] = True
+        fits[self.plans.automaton.eos_array] = True  # EOS is not counted (as in `check`)
         return packed & bitmask.pack(fits)
 
     def mask(self) -> np.ndarray:

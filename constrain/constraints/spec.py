@@ -130,8 +130,7 @@ class ConstraintSpec:
         key = ("grammar-text", self.grammar) if text else self._key(grammar)
         if grammar is None:  # keyed by content: built once however many ask at once
             return kept.get_or_build(
-                key, lambda: Constraint(grammar_from(self.grammar) if text else self._compile(),
-                                        vocab)  # fmt: skip
+                key, lambda: Constraint(self.compile_grammar(), vocab)
             )
         found = kept.get(key)
         if found is None or found.grammar is not grammar:
@@ -162,8 +161,12 @@ class ConstraintSpec:
             return ("type", self.type, options)
         return (self.kind, self.regex)
 
-    def _compile(self) -> EngineGrammar:
+    def compile_grammar(self) -> EngineGrammar:
+        """The spec's grammar, compiled anew (no vocabulary, no cache): what `constraint`
+        binds, and what a front end checks a request with before an engine compiles it."""
         options = dict(self.schema_options or {})
+        if self.kind == "grammar":
+            return grammar_from(self.grammar)
         if self.kind == "regex":
             return Grammar.from_regex(self.regex)
         if self.kind == "choices":
