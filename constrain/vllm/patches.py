@@ -145,8 +145,9 @@ def _validate_in_front_end() -> None:
                                       f"the request asks for {params._backend}")  # fmt: skip
         if params.structural_tag is not None:
             raise VLLMValidationError(
-                f"structural_tag is not supported by the {BACKEND} backend: constrain tool "
-                f"calls with tool_choice (required or a named function)",
+                f"structural_tag is not supported by the {BACKEND} backend (vLLM writes one for "
+                f"tool calls unless the server runs with VLLM_ENFORCE_STRICT_TOOL_CALLING=0, "
+                f"which constrains tool_choice required and named as JSON instead)",
                 parameter="structured_outputs.structural_tag",
             )
         check_json_nesting(params.json)

@@ -78,6 +78,8 @@ class VLLMServer:
     def __enter__(self) -> VLLMServer:
         env = dict(os.environ, HF_HUB_OFFLINE="1")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on the CPU
+        # tool_choice required / named constrained as JSON, not as a structural tag
+        env.setdefault("VLLM_ENFORCE_STRICT_TOOL_CALLING", "0")
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(self.argv, env=env, stdout=out, stderr=subprocess.STDOUT,
                                         start_new_session=True)  # fmt: skip
