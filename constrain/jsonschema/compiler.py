@@ -167,7 +167,11 @@ class _Emitter:
         if name is None:
             suffix = str(len(self.spaces) or "")
             name = self.spaces[regex] = "ws" + suffix
-            self.lexemes["WS" + suffix] = Lexeme("WS" + suffix, regex)
+            # the site is optional, so a regex that matches "" (vLLM's whitespace_pattern
+            # `[ \n]*`) stands for its non-empty texts: a lexeme never matches ""
+            empty = compile_regex(regex).matches(b"")
+            nonempty = rf"(?=[\s\S])(?:{regex})" if empty else regex
+            self.lexemes["WS" + suffix] = Lexeme("WS" + suffix, nonempty)
             self.add(name, ())
             self.add(name, ("WS" + suffix,))
         return (name,)
