@@ -34,7 +34,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("constrain.samplers",),
     ("constrain.decoding",),
     ("constrain.api", "constrain.function", "constrain.hf"),
-    ("constrain.cli", "constrain.demo", "constrain.bench", "constrain.serve", "constrain.__main__"),
+    ("constrain.cli", "constrain.demo", "constrain.bench", "constrain.serve", "constrain.vllm",
+     "constrain.__main__"),
 ]
 # importers exempt from the layer rule: the facade re-exports every layer lazily by name
 EXEMPT_IMPORTERS = {"constrain"}
