@@ -53,7 +53,11 @@ def test_json_options_reach_the_grammar():
         (StructuredRequest("grammar", "start: undefined_rule"), "structured_outputs.grammar",
          "undefined_rule"),
         (StructuredRequest("structural_tag", "{}"), "structured_outputs.structural_tag",
-         "not structural_tag"),
+         '"type": "structural_tag"'),
+        (StructuredRequest("structural_tag", json.dumps({"type": "structural_tag", "format": {
+            "type": "dispatch", "rules": []}})), "structured_outputs.structural_tag",
+         "'dispatch' format is not supported (at format)"),
+        (StructuredRequest("xml", ""), "structured_outputs.xml", "not xml"),
         (StructuredRequest("json", "{}", compact=True, whitespace_pattern=" "),
          "structured_outputs.whitespace_pattern", "at most one"),
     ],

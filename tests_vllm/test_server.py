@@ -206,10 +206,41 @@ def test_too_large_schema_fails_alone_while_others_complete(client, vllm_server)
     assert vllm_server.alive() and vllm_server.answers()
 
 
-def test_structural_tags_are_refused_with_the_way_out(client):
+def test_tool_choice_auto_calls_validate_or_text_is_free(client):
+    """vLLM writes tool calling as a structural tag (triggered tags under "auto"): text, or
+    calls whose arguments validate against the tool's parameters."""
+    parameters = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    for seed in range(4):
+        answer = client.chat.completions.create(
+            model="smollm2", messages=[{"role": "user", "content": "Add 2 and 3 with a tool."}],
+            tools=TOOLS, tool_choice="auto", max_tokens=80, seed=seed)
+        for name, arguments in _calls(answer):
+            jsonschema.validate(arguments, parameters[name])
+
+
+def test_structural_tag_with_a_required_tag(client):
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}},
+              "required": ["n"]}  # fmt: skip
+    tag = {"type": "structural_tag", "format": {
+        "type": "triggered_tags", "triggers": ["<n>"], "at_least_one": True,
+        "stop_after_first": True,
+        "tags": [{"type": "tag", "begin": "<n>", "end": "</n>",
+                  "content": {"type": "json_schema", "json_schema": schema}}]}}  # fmt: skip
+    for seed in range(3):
+        answer = client.chat.completions.create(
+            model="smollm2", messages=[{"role": "user", "content": "A number"}], seed=seed,
+            max_tokens=60, extra_body={"structured_outputs": {"structural_tag": json.dumps(tag)}})
+        text = answer.choices[0].message.content
+        found = re.fullmatch(r"((?:(?!<n>)[\s\S])*)<n>(.*?)</n>((?:(?!<n>)[\s\S])*)", text,
+                             re.DOTALL)  # fmt: skip
+        assert found, text
+        jsonschema.validate(json.loads(found.group(2)), schema)
+
+
+def test_an_unsupported_structural_tag_is_a_400_naming_the_format(client):
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(
             model="smollm2", messages=ASK, max_tokens=10,
             extra_body={"structured_outputs": {"structural_tag": json.dumps(
-                {"type": "structural_tag", "format": {"type": "const_string", "value": "x"}})}})
-    assert "VLLM_ENFORCE_STRICT_TOOL_CALLING" in str(caught.value)
+                {"type": "structural_tag", "format": {"type": "token", "token": 5}})}})
+    assert "'token' format is not supported" in str(caught.value)

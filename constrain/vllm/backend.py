@@ -43,6 +43,7 @@ _KIND_OF = {
     StructuredOutputOptions.REGEX: "regex",
     StructuredOutputOptions.CHOICE: "choice",
     StructuredOutputOptions.GRAMMAR: "grammar",
+    StructuredOutputOptions.STRUCTURAL_TAG: "structural_tag",
 }
 
 
@@ -97,7 +98,7 @@ class ConstrainBackend(StructuredOutputBackend):
     def _grammar(self, wanted: StructuredRequest, stop_token_ids) -> ConstrainGrammar:
         fuel = Fuel(compile_fuel(), limit="CONSTRAIN_VLLM_COMPILE_FUEL", pause=_give_way)
         with fuel.active():
-            constraint = wanted.spec().constraint(self.vocab)
+            constraint = wanted.constraint(self.vocab)
             constraint.start().bitmask()  # the first mask, built here rather than in a step
         stops = set(stop_token_ids or ()) - set(self.vocab.eos_ids)
         return ConstrainGrammar(constraint, stops)

@@ -143,14 +143,8 @@ def _validate_in_front_end() -> None:
         if params._backend not in (None, BACKEND):
             raise VLLMValidationError(f"this server's structured-output backend is {BACKEND}, "
                                       f"the request asks for {params._backend}")  # fmt: skip
-        if params.structural_tag is not None:
-            raise VLLMValidationError(
-                f"structural_tag is not supported by the {BACKEND} backend (vLLM writes one for "
-                f"tool calls unless the server runs with VLLM_ENFORCE_STRICT_TOOL_CALLING=0, "
-                f"which constrains tool_choice required and named as JSON instead)",
-                parameter="structured_outputs.structural_tag",
-            )
         check_json_nesting(params.json)
+        check_json_nesting(params.structural_tag, structural_tag=True)
         from vllm.v1.structured_output.request import get_structured_output_key
 
         kind, text = get_structured_output_key(params)

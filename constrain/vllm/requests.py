@@ -1,9 +1,9 @@
 """What a vLLM structured-output request asks for, as a `ConstraintSpec`, and its checked compile.
 
-vLLM reduces every structured request (``response_format``, ``structured_outputs``, the
-schemas it builds for ``tool_choice`` required and named) to one kind and one text: a JSON
-Schema, ``json_object``, a regex, a list of choices (JSON text) or a grammar (Lark or
-GBNF/EBNF: `grammar_from` reads either). This module maps that pair, with the request's
+vLLM reduces every structured request (``response_format``, ``structured_outputs``, tool
+calling) to one kind and one text: a JSON Schema, ``json_object``, a regex, a list of choices
+(JSON text), a grammar (Lark or GBNF/EBNF: `grammar_from` reads either) or a structural tag
+(XGrammar's format, which vLLM writes for tool calls: `structural_tag`). This module maps that pair, with the request's
 whitespace options, to a spec, and compiles the spec's grammar under a `Fuel`, so a schema
 that is unsupported or needs too much work fails with the keyword and where, in bounded work.
 It knows nothing of vLLM's own types, so it is tested without vLLM installed.
@@ -15,15 +15,18 @@ import json
 import os
 from dataclasses import dataclass
 
-from constrain.constraints.spec import ConstraintSpec
+from constrain.constraints.constraint import Constraint
+from constrain.constraints.spec import ConstraintSpec, compiled_constraints
 from constrain.engine.grammar import Grammar
+from constrain.engine.vocab import Vocabulary
 from constrain.errors import ConstrainError, UnsupportedSchemaError, WorkLimitError
 from constrain.fuel import Fuel
 from constrain.serve.conventions import DEFAULT_JSON_WHITESPACE, closed
+from constrain.vllm.structural_tag import grammar_from_structural_tag
 
 __all__ = ["COMPILE_FUEL", "KINDS", "Refused", "StructuredRequest", "compile_fuel"]
 
-KINDS = ("json", "json_object", "regex", "choice", "grammar")
+KINDS = ("json", "json_object", "regex", "choice", "grammar", "structural_tag")
 COMPILE_FUEL = "CONSTRAIN_VLLM_COMPILE_FUEL"  # the environment variable that sets the budget
 _DEFAULT_FUEL = 10_000_000  # units (about 1 us each): 8x the most any of 1,406 real schemas needs
 
@@ -56,7 +59,8 @@ class StructuredRequest:
 
     Attributes:
         kind: one of `KINDS`.
-        text: the schema, regex, choices (a JSON list) or grammar text ("" for json_object).
+        text: the schema, regex, choices (a JSON list), grammar text or structural tag (JSON)
+            ("" for json_object).
         compact: ``disable_any_whitespace``: JSON without whitespace between tokens.
         whitespace_pattern: a regex for the whitespace between JSON tokens.
         closed_objects: ``disable_additional_properties``: objects admit only the properties
@@ -90,6 +94,9 @@ class StructuredRequest:
             if not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
                 raise Refused("choice must be a list of strings", self.parameter)
             return ConstraintSpec(choices=choices)
+        if self.kind == "structural_tag":
+            grammar = grammar_from_structural_tag(self.text, whitespace=self._whitespace())
+            return ConstraintSpec(grammar=grammar)
         if self.kind not in ("json", "json_object"):
             raise Refused(f"the constrain backend serves {', '.join(KINDS)}, not {self.kind}",
                           f"structured_outputs.{self.kind}")  # fmt: skip
@@ -98,6 +105,16 @@ class StructuredRequest:
             schema = closed(schema)
         return ConstraintSpec(schema=schema, schema_options={"whitespace": self._whitespace()})
 
+    def constraint(self, vocab: Vocabulary) -> Constraint:
+        """The constraint bound to `vocab`, kept by the vocabulary under the request's content
+        (a structural tag too, whose grammar a spec would key by identity)."""
+        if self.kind != "structural_tag":
+            return self.spec().constraint(vocab)
+        key = ("structural_tag", self.text, self._whitespace())
+        return compiled_constraints(vocab).get_or_build(
+            key, lambda: Constraint(self.spec().compile_grammar(), vocab)
+        )
+
     def compile(self, fuel: Fuel) -> Grammar:
         """The spec's grammar, compiled under `fuel` (what a front end checks a request with).
 
@@ -105,10 +122,11 @@ class StructuredRequest:
             Refused: the constraint is malformed, unsupported, or needs more work than `fuel`;
                 the message says what and where (a schema's keyword and JSON pointer).
         """
-        spec = self.spec()
         try:
             with fuel.active():
-                return spec.compile_grammar()
+                return self.spec().compile_grammar()
+        except Refused:
+            raise
         except WorkLimitError as exc:
             raise Refused(f"{self.parameter}: {exc}", self.parameter) from None
         except UnsupportedSchemaError as exc:

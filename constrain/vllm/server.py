@@ -20,9 +20,11 @@ from pathlib import Path
 
 __all__ = ["VLLMServer", "bundled_model_dir", "command"]
 
-# the hermes tool-call format: SmolLM2's template writes <tool_call> blocks, and vLLM constrains
-# tool_choice required and named only with a tool parser
-TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+# the hermes tool-call format (SmolLM2's template writes <tool_call> blocks): vLLM constrains
+# tool calls only with a tool parser, and their arguments by the tools' parameters only at
+# strict level "parameter" (else only for tools marked strict)
+TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+             "--tool-strict-level", "parameter")
 
 
 def bundled_model_dir() -> Path:
@@ -78,8 +80,6 @@ class VLLMServer:
     def __enter__(self) -> VLLMServer:
         env = dict(os.environ, HF_HUB_OFFLINE="1")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on the CPU
-        # tool_choice required / named constrained as JSON, not as a structural tag
-        env.setdefault("VLLM_ENFORCE_STRICT_TOOL_CALLING", "0")
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(self.argv, env=env, stdout=out, stderr=subprocess.STDOUT,
                                         start_new_session=True)  # fmt: skip
