@@ -106,15 +106,19 @@ class CompletionPlans:
             return found
         automaton = self.automaton
         owed = np.full(automaton.vocab.size, _UNKNOWN, dtype=np.int32)
+        needed: dict[Hashable, int] = {}  # next state -> its completion's tokens (few differ)
         for i, token in enumerate(np.flatnonzero(automaton.mask_for(state)).tolist()):
             if not i % 256:
-                burn(2048)  # 256 tokens stepped, their plans looked up (new ones burn their own)
+                burn(1024)  # 256 tokens stepped (new plans burn their own)
             if token in automaton.eos:
                 owed[token] = 0
                 continue
-            plan = self.completion(automaton.step(state, token))
-            if plan is not None:
-                owed[token] = plan[0]
+            after = automaton.step_once(state, token)
+            tokens = needed.get(after)
+            if tokens is None:
+                plan = self.completion(after)
+                tokens = needed[after] = _UNKNOWN if plan is None else plan[0]
+            owed[token] = tokens
         self._owed[state] = owed
         return owed
 

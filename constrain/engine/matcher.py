@@ -173,14 +173,17 @@ class TokenAutomaton:
         steps = self.steps
         if key in steps:
             return steps[key]
+        nxt = steps[key] = self.step_once(state, token)
+        return nxt
+
+    def step_once(self, state: Hashable, token: int) -> Hashable | None:
+        """`step` without its cache: for sweeps over every allowed token of a state, whose
+        steps would only push the recurring ones out of the cache."""
         special = self.special_texts.get(token)
         if special is not None:
-            nxt = self.automaton.step_special(state, special)
-        else:
-            data = self.vocab.token_bytes(token)
-            nxt = self.automaton.step(state, data) if data else None
-        steps[key] = nxt
-        return nxt
+            return self.automaton.step_special(state, special)
+        data = self.vocab.token_bytes(token)
+        return self.automaton.step(state, data) if data else None
 
     def start(self, constraint: Any = None) -> Matcher:
         """A Matcher at the start of the text (`constraint`: the owner it reports)."""
