@@ -106,19 +106,12 @@ class CompletionPlans:
             return found
         automaton = self.automaton
         owed = np.full(automaton.vocab.size, _UNKNOWN, dtype=np.int32)
-        needed: dict[Hashable, int] = {}  # next state -> its completion's tokens (few differ)
-        for i, token in enumerate(np.flatnonzero(automaton.mask_for(state)).tolist()):
-            if not i % 256:
-                burn(1024)  # 256 tokens stepped (new plans burn their own)
-            if token in automaton.eos:
-                owed[token] = 0
-                continue
-            after = automaton.step_once(state, token)
-            tokens = needed.get(after)
-            if tokens is None:
-                plan = self.completion(after)
-                tokens = needed[after] = _UNKNOWN if plan is None else plan[0]
-            owed[token] = tokens
+        for after, tokens in automaton.successors(state):  # few states: plans looked up once
+            plan = self.completion(after)
+            if plan is not None:
+                owed[tokens] = plan[0]
+        if automaton.automaton.accepting(state):
+            owed[automaton.eos_array] = 0
         self._owed[state] = owed
         return owed
 

@@ -49,6 +49,14 @@ class Automaton(Protocol):
 
     def admits(self, state: Hashable, language: ByteDFA) -> bool: ...
 
+    def walk_admitted(
+        self, state: Hashable, data: np.ndarray, lengths: np.ndarray
+    ) -> tuple[list, np.ndarray]:
+        """The states after the rows of `data` (each its first `lengths[i]` bytes), strings of
+        a language `admits(state, ...)` holds, in one vectorised walk: ``(states, index)``,
+        row i reaching ``states[index[i]]``."""
+        ...
+
     def forced_bytes(self, state: Hashable) -> bytes: ...
 
     def expected_bytes(self, state: Hashable) -> list[int]: ...
@@ -138,6 +146,14 @@ class DFAAutomaton:
     def step_special(self, state: int, text: str) -> None:
         return None
 
+    def walk_admitted(
+        self, state: int, data: np.ndarray, lengths: np.ndarray
+    ) -> tuple[list[int], np.ndarray]:
+        after = walk_bytes(lambda states, column: self._table[states, column], state, data,
+                           lengths)  # fmt: skip
+        distinct, index = np.unique(after, return_inverse=True)
+        return distinct.tolist(), index.ravel()
+
     def admits(self, state: int, language: ByteDFA) -> bool:
         key = (state, language)
         found = self._admits.get(key)
@@ -173,3 +189,16 @@ class DFAAutomaton:
 
             found = self._native_languages[language] = DFATable(language.transitions)
         return found
+
+
+def walk_bytes(step, state: int, data: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """From `state`, the DFA state after each row of `data` (its first `lengths[i]` bytes):
+    one byte position at a time over all rows still going, `step(states, bytes)` giving the
+    next states elementwise."""
+    states = np.full(len(lengths), state, dtype=np.int64)
+    for k in range(data.shape[1] if len(lengths) else 0):
+        going = np.flatnonzero(lengths > k)
+        if not len(going):
+            break
+        states[going] = step(states[going], data[going, k])
+    return states

@@ -176,6 +176,34 @@ class TokenAutomaton:
         nxt = steps[key] = self.step_once(state, token)
         return nxt
 
+    def successors(self, state: Hashable) -> list[tuple[Hashable, np.ndarray]]:
+        """The allowed tokens at `state` but EOS, grouped by the state after them:
+        ``[(next state, token ids)]``. Tokens of the vocabulary slices the state admits whole
+        are walked together (`Automaton.walk_admitted`), the rest stepped one by one; a
+        sweep over every allowed token (a budget's filter) costs a few vectorised walks."""
+        rest = self.mask_for(state).copy()
+        rest[self.eos_array] = False
+        found: list[tuple[Hashable, np.ndarray]] = []
+        slices = slices_of(self.vocab)
+        admitted = slices.admitted(lambda language: self.automaton.admits(state, language))
+        for part, whole in zip(slices.slices, admitted):
+            if not whole or not len(part.tokens):
+                continue
+            burn(len(part.tokens) // 64)
+            after, index = self.automaton.walk_admitted(state, part.token_bytes, part.lengths)
+            order = np.argsort(index, kind="stable")
+            bounds = np.concatenate(([0], np.cumsum(np.bincount(index, minlength=len(after)))))
+            for k, nxt in enumerate(after):
+                found.append((nxt, part.tokens[order[bounds[k] : bounds[k + 1]]]))
+            rest[part.tokens] = False
+        stepped: dict[Hashable, list[int]] = {}
+        for i, token in enumerate(np.flatnonzero(rest).tolist()):
+            if not i % 256:
+                burn(1024)  # 256 tokens stepped one by one
+            stepped.setdefault(self.step_once(state, token), []).append(token)
+        found.extend((nxt, np.array(ids, dtype=np.int64)) for nxt, ids in stepped.items())
+        return found
+
     def step_once(self, state: Hashable, token: int) -> Hashable | None:
         """`step` without its cache: for sweeps over every allowed token of a state, whose
         steps would only push the recurring ones out of the cache."""

@@ -41,6 +41,8 @@ class Slice:
     language: ByteDFA
     tokens: np.ndarray  # int64 token ids
     bitmask: np.ndarray  # the same tokens packed (`constrain.engine.bitmask`)
+    token_bytes: np.ndarray  # uint8 (len(tokens), longest): each token's bytes, zero-padded
+    lengths: np.ndarray  # int64: each token's length in bytes
 
 
 class VocabularySlices:
@@ -62,7 +64,13 @@ class VocabularySlices:
             matched = matched[self._owner[matched] < 0]
             self._owner[matched] = k
             tokens = np.sort(matched)
-            slices.append(Slice(pattern, language, tokens, from_ids(tokens, vocab.size)))
+            texts = [self._token_bytes[t] for t in tokens.tolist()]
+            lengths = np.array([len(t) for t in texts], dtype=np.int64)
+            matrix = np.zeros((len(texts), int(lengths.max(initial=0))), dtype=np.uint8)
+            for row, text in enumerate(texts):
+                matrix[row, : len(text)] = np.frombuffer(text, dtype=np.uint8)
+            slices.append(Slice(pattern, language, tokens, from_ids(tokens, vocab.size),
+                                matrix, lengths))  # fmt: skip
         self.slices: tuple[Slice, ...] = tuple(slices)
         # _within[i]: the slices whose language holds slice i's (a state admitting a language
         # admits its subsets)

@@ -36,6 +36,7 @@ import weakref
 
 import numpy as np
 
+from constrain.engine.automaton import walk_bytes
 from constrain.engine.grammar.completion import Completions
 from constrain.engine.grammar.earley import ChartNode, EarleyParser
 from constrain.engine.grammar.ir import GrammarIR
@@ -204,6 +205,22 @@ class CFGAutomaton:
                 found = self.lexer.admits(s, language)
             self._admits[key] = found
         return found
+
+    def walk_admitted(
+        self, state: tuple, data: np.ndarray, lengths: np.ndarray
+    ) -> tuple[list[tuple], np.ndarray]:
+        """Strings that stay inside the lexemes in progress move the lexer only: one
+        vectorised lexer walk (the rows of the states reached, per byte position)."""
+        node, s = state
+        s = self._start(node) if s == _FRESH else s
+        lexer = self.lexer
+
+        def step(states: np.ndarray, column: np.ndarray) -> np.ndarray:
+            distinct, index = np.unique(states, return_inverse=True)
+            return lexer.rows(distinct)[index.ravel(), column]
+
+        distinct, index = np.unique(walk_bytes(step, s, data, lengths), return_inverse=True)
+        return [(node, t) for t in distinct.tolist()], index.ravel()
 
     def _lexeme_admits(self, lexeme: int, at: int, language: ByteDFA) -> bool:
         key = ("lexeme", lexeme, at, language)
