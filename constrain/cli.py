@@ -199,6 +199,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from constrain.bench import serve
 
         return serve.main(args.rest)
+    if args.benchmark == "vllm":
+        from constrain.bench import vllm
+
+        return vllm.main(args.rest)
     from constrain.bench import jsonschemabench
 
     return jsonschemabench.main(args.rest) or 0
@@ -278,12 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench",
-        help="run a benchmark (jsonschemabench, serve)",
+        help="run a benchmark (jsonschemabench, serve, vllm)",
         description="Run a benchmark; the options after its name are the benchmark's own "
         "(`constrain bench jsonschemabench --help`). The micro-benchmarks are scripts in the "
         "repository's bench/ (`python bench/samplers.py --help`).",
     )
-    bench.add_argument("benchmark", choices=["jsonschemabench", "serve"])
+    bench.add_argument("benchmark", choices=["jsonschemabench", "serve", "vllm"])
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(run=_cmd_bench)
 
