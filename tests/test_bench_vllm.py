@@ -58,7 +58,7 @@ def test_a_level_sums_up_its_answers():
     assert lv.latency(0.99) == 3.0  # failed requests are not in the latencies
     text = row(lv)
     assert "| vLLM+constrain | 16 | 5 | 98 | 24.5 |" in text
-    assert "| 1/5 | 2 (1) | 2 / 1 / 0 | 400 x1, stream x1 | no |" in text
+    assert "| 1/5 | 2 (1) | 2 / 1 / 0 | 400 x1, stream x1 | no | - |" in text
 
 
 def _run(levels, refused=None) -> Run:

@@ -107,6 +107,9 @@ class Level:
     seconds: float
     answers: list[Answer]
     crashed: bool = False  # the server died or stopped answering /health after this level
+    # the machine's 1-minute load average as the level ends: the server and this client make
+    # about 2 on 2 cores; more is other work sharing the machine
+    load: float | None = None
 
     @property
     def answered(self) -> list[Answer]:
@@ -470,7 +473,9 @@ def run_system(system: str, server, plan: Plan, max_tokens: int,
                                               timeout))  # fmt: skip
         for a, job in zip(answers, jobs, strict=True):
             a.valid = a.error is None and validates(a.text, job.schema)
-        level = Level(system, regime, concurrency, seconds, answers, crashed=not _healthy(server))
+        load = os.getloadavg()[0]
+        level = Level(system, regime, concurrency, seconds, answers, crashed=not _healthy(server),
+                      load=load)  # fmt: skip
         levels.append(level)
         print(row(level), flush=True)
         if level.crashed:
@@ -492,8 +497,8 @@ def _counts(counter: Counter) -> str:
 HEADER = (
     "| system | concurrency | requests | tokens | tokens/s | TTFT p50 (s) | TTFT p99 (s) | "
     "latency p50 (s) | latency p99 (s) | valid | invalid (finished) | stop / length / other "
-    "| HTTP errors | crashed |\n"
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
+    "| HTTP errors | crashed | load |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|"
 )
 
 
@@ -505,7 +510,8 @@ def row(lv: Level) -> str:
         f"{lv.tokens} | {lv.tokens_per_s:.1f} | {_s(lv.ttft(0.5))} | {_s(lv.ttft(0.99))} | "
         f"{_s(lv.latency(0.5))} | {_s(lv.latency(0.99))} | {lv.valid}/{len(lv.answers)} | "
         f"{lv.invalid} ({lv.invalid_stopped}) | {f['stop']} / {f['length']} / {f['other']} | "
-        f"{_counts(lv.errors)} | {'yes' if lv.crashed else 'no'} |"
+        f"{_counts(lv.errors)} | {'yes' if lv.crashed else 'no'} | "
+        f"{'-' if lv.load is None else f'{lv.load:.1f}'} |"
     )
 
 
@@ -669,7 +675,9 @@ def render(run: Run) -> str:
         "with `jsonschema` (Draft 2020-12, format checker). invalid: answers (HTTP 200) that do "
         "not; in parentheses those the engine finished itself (`stop`), a broken constraint; "
         "the others were cut by `max_tokens` (finish `length`). crashed: the server process "
-        "died or `/health` failed after the level.",
+        "died or `/health` failed after the level. load: the machine's 1-minute load average as "
+        "the level ends (the server and the client make about 2 on these 2 cores; more is "
+        "other work on this shared machine, which slows that level).",
         "",
         "## Goals: vLLM+constrain against vLLM+xgrammar, in this run",
         "",
