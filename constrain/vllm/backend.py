@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -212,12 +213,19 @@ class ConstrainGrammar(StructuredOutputGrammar):
 
     def _with_stops(self, matcher: TokenMatcher) -> np.ndarray:
         """The mask with the request's stop tokens allowed exactly where EOS is."""
-        ids = np.fromiter(self.stops, dtype=np.int64)
-        ids = ids[(ids >= 0) & (ids < self.constraint.vocab.size)]
-        row = bitmask.without(matcher.bitmask(), ids)
+        row = bitmask.without(matcher.bitmask(), self._stop_ids)
         if matcher.accepting():
-            row |= bitmask.from_ids(ids, self.constraint.vocab.size)
+            row |= self._stop_mask
         return row
+
+    @cached_property
+    def _stop_ids(self) -> np.ndarray:
+        ids = np.fromiter(self.stops, dtype=np.int64)
+        return ids[(ids >= 0) & (ids < self.constraint.vocab.size)]
+
+    @cached_property
+    def _stop_mask(self) -> np.ndarray:
+        return bitmask.from_ids(self._stop_ids, self.constraint.vocab.size)
 
     def is_terminated(self) -> bool:
         return self.terminated

@@ -35,6 +35,7 @@ from constrain.engine.regex import compile_regex
 from constrain.errors import ConstrainError, GrammarError
 from constrain.jsonschema.compiler import compile_schema
 from constrain.serve.conventions import closed
+from constrain.serve.sections import regex_literal
 
 __all__ = ["StructuralTagError", "grammar_from_structural_tag"]
 
@@ -72,14 +73,9 @@ def grammar_from_structural_tag(text: str, *, whitespace: str = "natural") -> Gr
     return Grammar.from_ir(ir, kind="structural_tag")
 
 
-def _literal_pattern(text: str) -> str:
-    """A regex matching exactly `text` (ASCII punctuation and controls as ``\\xHH``)."""
-    return "".join(f"\\x{ord(c):02x}" if ord(c) < 128 and not c.isalnum() else c for c in text)
-
-
 def _none_of(strings: list[str]) -> str:
     """A regex lookahead: none of `strings` starts here."""
-    return "(?!" + "|".join(_literal_pattern(s) for s in strings) + ")"
+    return "(?!" + "|".join(regex_literal(s) for s in strings) + ")"
 
 
 class _Builder:
@@ -230,7 +226,7 @@ class _Builder:
         if not any(ends):
             return (self.free_text(node, [], where),)
         banned = [*ends, *node.get("excludes", [])]
-        alternatives = "|".join(_literal_pattern(e) for e in ends if e)
+        alternatives = "|".join(regex_literal(e) for e in ends if e)
         regex = f"(?:{_none_of(banned)}{_ANY_CHAR})*(?:{alternatives})"
         return (self.pattern(regex, "TEXT"),)
 
@@ -278,7 +274,7 @@ class _Builder:
                             and begin.startswith(t)), None)  # fmt: skip
             if trigger is None:
                 raise StructuralTagError("a triggered tag's begin must start with a trigger", at)
-            lead = self.pattern(f"(?:{text_char})*{_literal_pattern(trigger)}", "TRIGGERED")
+            lead = self.pattern(f"(?:{text_char})*{regex_literal(trigger)}", "TRIGGERED")
             rest = self._tag({**tag, "begin": begin[len(trigger):]}, at, False)
             calls.append((lead, rest))
         call = self.rule(*calls)
