@@ -6,7 +6,7 @@ import os
 from pybind11.setup_helpers import Pybind11Extension, build_ext
 from setuptools import setup
 
-SOURCES = ["native/lexer.cpp", "native/trie.cpp", "native/module.cpp"]
+SOURCES = ["native/escapes.cpp", "native/lexer.cpp", "native/trie.cpp", "native/module.cpp"]
 # CONSTRAIN_SANITIZE=1 builds with AddressSanitizer and UndefinedBehaviorSanitizer (make
 # test-sanitize)
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-g"]
@@ -32,6 +32,7 @@ native = Pybind11Extension(
     extra_link_args=SANITIZE if sanitize else [],
     depends=[
         "native/admits.hpp",
+        "native/escapes.hpp",
         "native/lexer.hpp",
         "native/trie.hpp",
         "native/json_keys.hpp",

@@ -61,7 +61,7 @@ void Lexer::compute(int32_t state) {
         pairs.clear();
         for (const auto& [j, s] : combo) {
             if (j < 0) continue;
-            const LexemeDFA& dfa = lexemes_[size_t(j)];
+            LexemeDFA& dfa = lexemes_[size_t(j)];
             int32_t t = dfa.next(s, dfa.own_of_joint[size_t(c)]);
             if (t) pairs.emplace_back(j, t);
         }
@@ -74,7 +74,7 @@ void Lexer::compute(int32_t state) {
 int32_t Lexer::tag_of(const Combo& combo) {
     std::vector<int> ending;
     for (const auto& [j, s] : combo)
-        if (j >= 0 && lexemes_[size_t(j)].accepting[size_t(s)]) ending.push_back(j);
+        if (j >= 0 && lexemes_[size_t(j)].accepts(s)) ending.push_back(j);
     if (ending.empty()) return 0;
     int best = lexemes_[size_t(ending[0])].priority;
     for (int j : ending) best = std::max(best, lexemes_[size_t(j)].priority);

@@ -5,11 +5,14 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "escapes.hpp"
 
 namespace constrain {
 
@@ -20,18 +23,27 @@ struct LexerLimit : std::runtime_error {
         : std::runtime_error(what), lexemes(std::move(ids)) {}
 };
 
-// One lexeme's DFA over its own byte classes (state 0 dead).
+// One lexeme's DFA over its own byte classes (state 0 dead); with `escapes`, its strings'
+// escaped spellings are states built as they are read, after the table's.
 struct LexemeDFA {
     int n_own = 0;                     // its own byte classes
-    std::vector<int32_t> table;        // n_states x n_own: next state
-    std::vector<uint8_t> accepting;    // per state
+    std::vector<int32_t> table;        // n_states x n_own: next state (empty with escapes)
+    std::vector<uint8_t> accepting;    // per state of the table
     std::vector<int32_t> own_of_joint; // per joint class of the lexer: its own class
     int32_t start = 0;
     int priority = 0;
     std::vector<int> owners;           // the lexemes it is a keyword of (empty: no keyword)
     std::array<uint8_t, 256> blocked{};  // keywords: bytes that would continue a word
+    std::shared_ptr<JsonEscapes> escapes;  // null: the table is the whole DFA
 
-    int32_t next(int32_t state, int own) const { return table[size_t(state) * n_own + own]; }
+    int32_t next(int32_t state, int own) {
+        if (escapes) return escapes->next(state, own);
+        return table[size_t(state) * n_own + own];
+    }
+    bool accepts(int32_t state) const {
+        return size_t(state) < accepting.size() && accepting[size_t(state)];
+    }
+    size_t n_states() const { return escapes ? escapes->n_states() : accepting.size(); }
 };
 
 using Pair = std::pair<int32_t, int32_t>;  // (lexeme id or -1, its DFA state)
@@ -69,6 +81,7 @@ public:
     size_t n_states() const { return combos_.size(); }
     size_t n_lexemes() const { return lexemes_.size(); }
     const LexemeDFA& lexeme(int j) const { return lexemes_[size_t(j)]; }
+    LexemeDFA& lexeme(int j) { return lexemes_[size_t(j)]; }
     size_t n_tags() const { return tag_sets_.size(); }
     int n_joint() const { return n_joint_; }
     const std::array<int32_t, 256>& classes() const { return classes_; }

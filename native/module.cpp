@@ -59,6 +59,29 @@ LexemeDFA lexeme_from(const py::tuple& spec) {
         if (blocked.size() != 256) throw py::value_error("blocked must have 256 entries");
         for (int b = 0; b < 256; ++b) dfa.blocked[size_t(b)] = blocked.data()[b];
     }
+    if (spec.size() > 7 && !spec[7].is_none()) {  // (start inside a string, own class of bytes)
+        auto escapes = spec[7].cast<py::tuple>();
+        if (escapes.size() != 2) throw py::value_error("escapes are (in_string, own_of_byte)");
+        bool in_string = escapes[0].cast<bool>();
+        auto own_of_byte = escapes[1].cast<Array<int32_t>>();
+        if (own_of_byte.size() != 256) throw py::value_error("own_of_byte must have 256 entries");
+        std::array<int32_t, 256> own{};
+        std::vector<uint8_t> seen(size_t(dfa.n_own), 0);
+        for (int b = 0; b < 256; ++b) {
+            own[size_t(b)] = own_of_byte.data()[b];
+            if (own[size_t(b)] < 0 || own[size_t(b)] >= dfa.n_own)
+                throw py::value_error("own class out of range");
+            seen[size_t(own[size_t(b)])] = 1;
+        }
+        for (unsigned char c : std::string("\\u0123456789abcdefABCDEFbfnrt\"/"))
+            for (int b = 0; b < 256; ++b)
+                if (b != c && own[size_t(b)] == own[size_t(c)])
+                    throw py::value_error("a byte an escape reads must have a class of its own");
+        dfa.escapes = std::make_shared<JsonEscapes>(std::move(dfa.table), dfa.n_own,
+                                                    int32_t(dfa.accepting.size()), dfa.start,
+                                                    in_string, own);
+        dfa.table.clear();
+    }
     return dfa;
 }
 
@@ -286,11 +309,11 @@ PYBIND11_MODULE(native, m) {
             "lexemes in progress, no boundary).")
         .def(
             "lexeme_admits",
-            [](const Lexer& lx, int lexeme, int32_t at, const DFATable& language, int32_t start) {
+            [](Lexer& lx, int lexeme, int32_t at, const DFATable& language, int32_t start) {
                 if (lexeme < 0 || size_t(lexeme) >= lx.n_lexemes())
                     throw py::value_error("lexeme out of range");
-                const LexemeDFA& dfa = lx.lexeme(lexeme);
-                if (at <= 0 || size_t(at) >= dfa.accepting.size())
+                LexemeDFA& dfa = lx.lexeme(lexeme);
+                if (at <= 0 || size_t(at) >= dfa.n_states())
                     throw py::value_error("lexeme state out of range");
                 if (start < 0 || start >= language.n_states)
                     throw py::value_error("language start out of range");

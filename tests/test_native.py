@@ -228,3 +228,64 @@ def test_repeated_keys_same_masks(data, smollm_vocab):
     assert_same_masks(grammar, smollm_vocab, smollm_vocab.encode(document))
     quoted = np.array([b'"' in text for text in smollm_vocab.texts])
     _random_walk(data, grammar, smollm_vocab, 16, favoured=quoted)
+
+
+# -- escaped spellings: the subtrees both engines build as they read them ------------------------
+
+_ESCAPE_SCHEMAS = [
+    {
+        "type": "object",
+        "properties": {"naïve": {"enum": ["café", "a/b", 'q"t', "😀x"]}, "k": {"type": "string"}},
+        "required": ["naïve"],
+    },
+    {"type": "array", "items": {"type": "string", "pattern": "^[a-fé😀/\\\\]{1,4}$"}},
+    {"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}},
+]
+_ESCAPE_VALUES = ["café", "a/b", 'q"t', "😀x", "é", "ab\\", "/😀", "x\n", "naïve", "k"]
+
+
+def _spelled_json(value, draw) -> str:
+    """`value` as JSON text, each character of each string spelled as drawn: raw (where JSON
+    allows), its short escape, or ``\\u`` in either case (a surrogate pair above U+FFFF)."""
+    if isinstance(value, str):
+        out = []
+        for ch in value:
+            pick = draw(st.integers(0, 2))
+            short = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\n": "\\n"}.get(ch)
+            if pick == 0 and ch >= " " and ch not in '"\\':
+                out.append(ch)
+            elif pick == 1 and short:
+                out.append(short)
+            else:
+                cp = ord(ch)
+                units = [cp] if cp < 0x10000 else [0xD800 + ((cp - 0x10000) >> 10),
+                                                   0xDC00 + ((cp - 0x10000) & 0x3FF)]  # fmt: skip
+                text = "".join(f"\\u{u:04x}" for u in units)
+                out.append(text.upper().replace("\\U", "\\u") if draw(st.booleans()) else text)
+        return '"' + "".join(out) + '"'
+    if isinstance(value, dict):
+        items = [f"{_spelled_json(k, draw)}:{_spelled_json(v, draw)}" for k, v in value.items()]
+        return "{" + ",".join(items) + "}"
+    return "[" + ",".join(_spelled_json(v, draw) for v in value) + "]"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_escaped_spellings_same_masks(data, smollm_vocab):
+    """Keys, enums, patterns and free strings spelled with every kind of escape: both engines
+    give the same masks at every position, and the text is accepted exactly when `jsonschema`
+    says its value is valid (an independent oracle of what each spelling decodes to)."""
+    import jsonschema
+
+    index = data.draw(st.integers(0, len(_ESCAPE_SCHEMAS) - 1))
+    schema = _ESCAPE_SCHEMAS[index]
+    strings = st.sampled_from(_ESCAPE_VALUES)
+    if index == 1:
+        value = data.draw(st.lists(strings, max_size=3))
+    else:
+        value = data.draw(st.dictionaries(strings, strings, max_size=3))
+    text = _spelled_json(value, data.draw)
+    assert json.loads(text) == value
+    grammar = cn.Grammar.from_json_schema(schema, spellings="all")
+    accepted = assert_same_masks(grammar, smollm_vocab, smollm_vocab.encode(text))
+    assert accepted == jsonschema.Draft202012Validator(schema).is_valid(value), text

@@ -14,7 +14,6 @@ import time
 from decimal import Decimal
 
 import jsonschema
-import numpy as np
 import pytest
 from contract import accepts_text, assert_mask_matches_checks
 from hypothesis import HealthCheck, given, settings
@@ -439,14 +438,17 @@ def test_every_escape_accepts_a_spelling_iff_re_accepts_its_value(pattern, text,
     from constrain.jsonschema.spellings import every_escape
 
     dfa = every_escape(quoted(compile_regex(pattern, encoding="json")))
-    live = dfa.accepting.copy()  # every state but the dead one can still reach acceptance
-    while True:
-        grown = live | live[dfa.transitions].any(axis=1)
-        grown[0] = False
-        if (grown == live).all():
-            break
-        live = grown
-    assert live[1:].all(), f"states {np.flatnonzero(~live[1:]) + 1} of /{pattern}/ lead nowhere"
+    # every state reachable from the start (built by reading it) can still reach acceptance
+    edges, todo = {}, [dfa.start]
+    while todo:
+        state = todo.pop()
+        if state not in edges:
+            edges[state] = [t for _, t in dfa.live_classes(state)]
+            todo.extend(edges[state])
+    live = {s for s in edges if dfa.accepts(s)}
+    while grown := {s for s, ts in edges.items() if s not in live and live.intersection(ts)}:
+        live |= grown
+    assert live == set(edges), f"states {set(edges) - live} of /{pattern}/ lead nowhere"
     spelled = _spelled(text, choices)
     assert json.loads(spelled) == text
     assert dfa.matches(spelled) == bool(re.fullmatch(pattern, text)), spelled

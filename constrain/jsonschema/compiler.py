@@ -145,7 +145,7 @@ class _Emitter:
             name = self.scalar_lexemes[dfa] = f"R{len(self.lexemes)}_{hint}"
             spelled = dfa
             if self.spellings == "all":
-                spelled = every_escape(dfa, in_string, self.algebra.time_left)
+                spelled = every_escape(dfa, in_string)
             elif hint == "scalar":
                 spelled = canonical_numbers(dfa)
             self.lexemes[name] = Lexeme(name, dfa.pattern[:80], automaton=spelled)
@@ -441,8 +441,8 @@ class _Emitter:
 
 @lru_cache(maxsize=4096)
 def _key_dfa(key: str) -> ByteDFA:
-    """The one text of a property name, as a DFA (shared, so its escaped spellings are built
-    once: see `every_escape`)."""
+    """The one text of a property name, as a DFA (shared, so where its strings' characters are
+    is found once: see `every_escape`)."""
     return dfa_from_strings([key_text(key)])
 
 

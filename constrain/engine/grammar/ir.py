@@ -20,13 +20,41 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
-from constrain.engine.regex import ByteDFA, compile_regex, dfa_from_byte_classes, dfa_from_strings
+import numpy as np
+
+from constrain.engine.regex import compile_regex, dfa_from_byte_classes, dfa_from_strings
 from constrain.errors import GrammarError, RegexError
 from constrain.fuel import burn
 
-__all__ = ["GrammarIR", "Lexeme", "Rule", "repeat", "token_id_reference"]
+__all__ = ["GrammarIR", "Lexeme", "LexemeDFA", "Rule", "repeat", "token_id_reference"]
+
+
+class LexemeDFA(Protocol):
+    """What the engine reads of a lexeme's automaton: a dense `ByteDFA`, or an `EscapedDFA`
+    (`constrain.engine.regex.escapes`) whose states are built as they are read. State 0 is
+    dead and every other state live. The Lark and GBNF front ends, whose lexemes are always
+    `ByteDFA`s, also read their dense tables."""
+
+    start: int
+    pattern: str
+
+    def is_empty(self) -> bool: ...
+
+    def accepts(self, state: int) -> bool: ...
+
+    def byte_classes(self) -> np.ndarray: ...
+
+    def live_classes(self, state: int) -> list[tuple[int, int]]: ...
+
+    def rows(self, states: np.ndarray) -> np.ndarray: ...
+
+    def walk(self, state: int, data: bytes) -> int: ...
+
+    def matches(self, data: bytes | str) -> bool: ...
+
+    def shortest_from(self, state: int) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -55,10 +83,10 @@ class Lexeme:
     priority: int = 0
     special: str | None = None
     keyword_of: tuple[str, ...] = ()
-    automaton: ByteDFA | None = field(default=None, compare=False, repr=False)  # prebuilt DFA
+    automaton: LexemeDFA | None = field(default=None, compare=False, repr=False)  # prebuilt
 
     @cached_property
-    def dfa(self) -> ByteDFA:
+    def dfa(self) -> LexemeDFA:
         if self.automaton is not None:
             return self.automaton
         if self.special is not None:
@@ -135,7 +163,7 @@ class GrammarIR:
             dfa = lexeme.dfa
             if dfa.is_empty():
                 continue  # matches nothing: rules using it are pruned below
-            if dfa.accepting[dfa.start]:
+            if dfa.accepts(dfa.start):
                 raise GrammarError(
                     f"terminal {name} matches the empty string; make it optional in the rules "
                     f"that use it instead (e.g. X? or X*)"

@@ -106,7 +106,6 @@ class Lexer:
         # per lexeme: its own byte class -> the joint classes inside it (built on first use)
         self._joint: dict[int, dict[int, list[int]]] = {}
         self._own_class: dict[int, np.ndarray] = {}  # per lexeme: its class of each joint class
-        self._accepts: dict[int, list[bool]] = {}
         self._rows_table = np.zeros((64, len(self._representatives)), dtype=np.int32)
         self._done = [True]  # row computed (the dead state's is)
         self.tag = np.zeros(64, dtype=np.int32)
@@ -173,7 +172,7 @@ class Lexer:
         return admits(self.rows, state, language)
 
     def lexeme_admits(self, lexeme: int, at: int, language: ByteDFA) -> bool:
-        return admits(self._table[lexeme].dfa.transitions, at, language)
+        return admits(self._table[lexeme].dfa.rows, at, language)
 
     def key(self, state: int) -> tuple:
         """The (lexeme id, DFA state) pairs alive in `state`."""
@@ -275,12 +274,6 @@ class Lexer:
                 found.setdefault(o, []).append(c)
         return found
 
-    def _accepting(self, j: int) -> list[bool]:
-        """Lexeme `j`'s accepting DFA states, as a list (indexed per new state)."""
-        found = self._accepts.get(j)
-        if found is None:
-            found = self._accepts[j] = self._table[j].dfa.accepting.tolist()
-        return found
 
     def _state(self, combo: tuple) -> int:
         """The number of state `combo`, added (with its tag) if new."""
@@ -303,7 +296,7 @@ class Lexer:
         self._rows.append(None)
         self._live.append(None)
         # the lexemes that end here, filtered to the highest priority among them
-        ending = [j for j, s in combo if j >= 0 and self._accepting(j)[s]]
+        ending = [j for j, s in combo if j >= 0 and self._table[j].dfa.accepts(s)]
         if ending:
             best = max(self._table[j].priority for j in ending)
             tags = frozenset(j for j in ending if self._table[j].priority == best)

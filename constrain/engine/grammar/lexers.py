@@ -21,6 +21,7 @@ from constrain.engine.grammar.keywords import word_continuations
 from constrain.engine.grammar.lexer import MAX_LEXER_STATES, ByteLexer, Lexer, Piece
 from constrain.engine.regex import ByteDFA
 from constrain.engine.regex.dfa import joint_byte_classes
+from constrain.engine.regex.escapes import EscapedDFA
 from constrain.engine.vocab import TokenTrie
 from constrain.errors import GrammarError
 from constrain.fuel import burn
@@ -53,7 +54,7 @@ class NativeLexer:
             if lx.special is not None:  # never started: a dead one-state stand-in
                 none = np.zeros((1, 1), dtype=np.int32)
                 joint = np.zeros(len(representatives), np.int32)
-                specs.append((none, np.zeros(1, np.uint8), joint, 0, 0, [], None))
+                specs.append((none, np.zeros(1, np.uint8), joint, 0, 0, [], None, None))
                 continue
             dfa = lx.dfa
             burn(16)  # the active fuel: the lexeme's tables copied for C++
@@ -64,15 +65,21 @@ class NativeLexer:
             if owners:
                 words = [self._table[i].dfa for i in owners]
                 blocked = word_continuations(dfa, words).astype(np.uint8)
+            escapes = None
+            dense = dfa
+            if isinstance(dfa, EscapedDFA):  # C++ builds the escapes from the base's table
+                dense = dfa.base
+                escapes = (dfa.in_string, own.astype(np.int32))
             specs.append(
                 (
-                    np.ascontiguousarray(dfa.transitions[:, first_byte], dtype=np.int32),
-                    dfa.accepting.astype(np.uint8),
+                    np.ascontiguousarray(dense.transitions[:, first_byte], dtype=np.int32),
+                    dense.accepting.astype(np.uint8),
                     own[representatives].astype(np.int32),
                     int(dfa.start),
                     int(lx.priority),
                     owners,
                     blocked,
+                    escapes,
                 )
             )
         self._lexer = native.Lexer(classes, len(representatives), specs, MAX_LEXER_STATES)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from constrain.engine.grammar.ir import GrammarIR
+from constrain.engine.grammar.ir import GrammarIR, LexemeDFA
 from constrain.engine.regex import ByteDFA
+from constrain.engine.regex.escapes import EscapedDFA
 
 __all__ = ["random_lexeme", "random_text"]
 
@@ -32,8 +33,11 @@ def _distance_to_accept(dfa: ByteDFA) -> np.ndarray:
     return dist
 
 
-def random_lexeme(dfa: ByteDFA, rng: np.random.Generator, soft_max: int = 12) -> bytes:
-    """A random string of the DFA's language (length about `soft_max` at most, when possible)."""
+def random_lexeme(dfa: LexemeDFA, rng: np.random.Generator, soft_max: int = 12) -> bytes:
+    """A random string of the DFA's language (length about `soft_max` at most, when possible;
+    of an `EscapedDFA`, a text in the canonical encoding)."""
+    if isinstance(dfa, EscapedDFA):
+        dfa = dfa.base
     dist = _distance_to_accept(dfa)
     state, out = dfa.start, bytearray()
     while True:

@@ -99,6 +99,14 @@ class ByteDFA:
     def is_empty(self) -> bool:
         return self.start == DEAD
 
+    def accepts(self, state: int) -> bool:
+        """Whether `state` is accepting."""
+        return bool(self.accepting[state])
+
+    def rows(self, states: np.ndarray) -> np.ndarray:
+        """The transitions of `states`, (len, 256)."""
+        return self.transitions[states]
+
     def byte_classes(self) -> np.ndarray:
         """The class of each byte (256 ints): bytes in one class lead every state alike."""
         if self._classes is None:
