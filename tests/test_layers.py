@@ -236,7 +236,7 @@ import constrain as cn
 from constrain.engine import vocab
 from ...errors import GrammarError
 from ..vocab import Vocabulary
-from . import dfa
+from . import bytedfa
 if typing.TYPE_CHECKING:
     from constrain.api import Generator
 else:
@@ -249,7 +249,7 @@ from constrain import Grammar, grammars
     found = _read_imports(source, "constrain.engine.regex.other", is_package=False)
     assert sorted((i.imported, i.line, i.in_function) for i in found) == [
         ("constrain.api", 14, True),  # cn.generate; cn.__version__ is no module's
-        ("constrain.engine.regex.dfa", 7, False),  # `.` is the package constrain.engine.regex
+        ("constrain.engine.regex.bytedfa", 7, False),  # `.` is constrain.engine.regex
         ("constrain.engine.vocab", 4, False),
         ("constrain.engine.vocab", 6, False),
         ("constrain.errors", 5, False),

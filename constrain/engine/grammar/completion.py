@@ -34,7 +34,7 @@ import numpy as np
 
 from constrain.engine.grammar.earley import ChartNode, items_waiting
 from constrain.engine.regex import ByteDFA
-from constrain.engine.regex.dfa import BYTE_PREFERENCE
+from constrain.engine.regex.bytedfa import BYTE_PREFERENCE
 from constrain.fuel import burn
 
 __all__ = ["Completions", "search_completion"]

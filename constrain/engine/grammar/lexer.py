@@ -30,7 +30,7 @@ import numpy as np
 from constrain.engine.grammar.ir import Lexeme
 from constrain.engine.grammar.keywords import word_continuations
 from constrain.engine.regex import ByteDFA
-from constrain.engine.regex.dfa import joint_byte_classes
+from constrain.engine.regex.products import joint_byte_classes
 from constrain.engine.slices import admits
 from constrain.engine.vocab import TokenTrie
 from constrain.errors import GrammarError

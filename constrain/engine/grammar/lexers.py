@@ -20,8 +20,8 @@ from constrain.engine.grammar.ir import Lexeme
 from constrain.engine.grammar.keywords import word_continuations
 from constrain.engine.grammar.lexer import MAX_LEXER_STATES, ByteLexer, Lexer, Piece
 from constrain.engine.regex import ByteDFA
-from constrain.engine.regex.dfa import joint_byte_classes
 from constrain.engine.regex.escapes import EscapedDFA
+from constrain.engine.regex.products import joint_byte_classes
 from constrain.engine.vocab import TokenTrie
 from constrain.errors import GrammarError
 from constrain.fuel import burn

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from constrain.engine.regex.dfa import DEAD, ByteDFA
+from constrain.engine.regex.bytedfa import DEAD, ByteDFA
 from constrain.fuel import burn
 
 __all__ = ["ESCAPE_BYTES", "EscapedDFA", "has_strings"]

@@ -1,0 +1,167 @@
+"""DFAs built directly, without the regex parser.
+
+From a table of byte transitions (`dfa_from_table`), a set of code points
+(`dfa_from_code_points`), a chain of byte classes (`dfa_from_byte_classes`) or a finite set of
+strings (`dfa_from_strings`); and a DFA quoted or repeated (`quoted`, `repeat_unit`). For front
+ends that know their language better than a pattern would spell it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from constrain.engine.regex._limits import STEPS_PER_UNIT
+from constrain.engine.regex._utf8 import MAX_CODE_POINT
+from constrain.engine.regex.budget import NUMPY_STEPS, unlimited
+from constrain.engine.regex.bytedfa import DEAD, ByteDFA
+from constrain.engine.regex.lowering import to_bytes
+from constrain.engine.regex.minimize import minimize
+from constrain.engine.regex.nfa import SURROGATES
+from constrain.fuel import burn
+
+
+def dfa_from_table(
+    transitions: np.ndarray, accepting: np.ndarray, start: int, pattern: str
+) -> ByteDFA:
+    """The minimal DFA of a table of byte transitions (n, 256) with -1 for "none"."""
+    table, acc = minimize(np.asarray(transitions, dtype=np.int64), np.asarray(accepting), start)
+    return ByteDFA(table, acc, 1 if len(table) > 1 else DEAD, pattern)
+
+
+def quoted(body: ByteDFA, quote: int = 0x22) -> ByteDFA:
+    """The DFA of ``quote + body + quote``, for a body that never reads a raw `quote` between
+    characters (true of every "json"-encoded regex: a raw ``"`` only follows a backslash)."""
+    n = body.n_states
+    trans = np.zeros((n + 2, 256), dtype=np.int32)
+    trans[2 : n + 1] = np.where(body.transitions[1:] == DEAD, DEAD, body.transitions[1:] + 1)
+    if body.is_empty():
+        return ByteDFA(trans[:1], np.zeros(1, dtype=bool), DEAD, f"{chr(quote)}{body.pattern}")
+    trans[1, quote] = body.start + 1
+    ends = np.flatnonzero(body.accepting) + 1
+    if trans[ends, quote].any():
+        raise ValueError(f"/{body.pattern}/ reads a raw quote between characters")
+    trans[ends, quote] = n + 1
+    accepting = np.zeros(n + 2, dtype=bool)
+    accepting[n + 1] = True
+    # minimal already: body states keep their distinctions (acceptance became "has a quote")
+    return ByteDFA(trans, accepting, 1, chr(quote) + body.pattern + chr(quote))
+
+
+def repeat_unit(unit: ByteDFA, low: int, high: int | None) -> ByteDFA:
+    """The DFA of `unit` repeated low..high times (high None: unbounded), for a unit whose
+    accepting states have no way out (one character, say): copies chained end to start."""
+    if unit.accepting.any() and unit.transitions[unit.accepting].any():
+        raise ValueError(f"/{unit.pattern}/ continues after accepting")
+    if high is not None and high < low:
+        return dfa_from_strings([])
+    final = np.flatnonzero(unit.accepting)
+    inner = [q for q in range(1, unit.n_states) if not unit.accepting[q]]  # start first
+    k = len(inner)
+    copies = (high if high is not None else low + 1) + 1  # the last copy is the end state
+    position = np.zeros(unit.n_states, dtype=np.int64)
+    position[inner] = np.arange(k)
+    trans = np.zeros((1 + copies * k, 256), dtype=np.int32)
+    accepting = np.zeros(1 + copies * k, dtype=bool)
+    for j in range(copies - 1):
+        base = 1 + j * k
+        rows = unit.transitions[inner].astype(np.int64)
+        into_final = np.isin(rows, final)
+        nxt = j + 1 if (high is not None or j < low) else j  # unbounded: copy `low` loops
+        mapped = np.where(into_final, 1 + nxt * k, base + position[rows])
+        trans[base : base + k] = np.where(rows == DEAD, DEAD, mapped)
+        accepting[base] = j >= low
+    last = 1 + (copies - 1) * k
+    accepting[last] = high is not None and high >= low
+    keep = 1 + (copies - 1) * k + (1 if high is not None else 0)
+    return ByteDFA(trans[:keep], accepting[:keep], 1, f"({unit.pattern}){{{low},{high or ''}}}")
+
+
+def dfa_from_code_points(ranges: Iterable[tuple[int, int]], pattern: str) -> ByteDFA:
+    """The minimal DFA of the one-character texts whose code point lies in one of `ranges`
+    (inclusive pairs, in any order, overlapping or not). Surrogates, which UTF-8 cannot encode,
+    are left out; no code point is left (``[]``, or only surrogates): the empty language. Built
+    without the regex parser, so any set of code points works, the private-use ones included."""
+    pieces = sorted(
+        (max(a, 0), min(b, MAX_CODE_POINT))
+        for lo, hi in ranges
+        for a, b in ((lo, min(hi, SURROGATES[0] - 1)), (max(lo, SURROGATES[1] + 1), hi))
+    )
+    merged: list[list[int]] = []
+    for a, b in pieces:
+        if a > b:
+            continue
+        if merged and a <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    if not merged:
+        return ByteDFA(np.zeros((1, 256), dtype=np.int32), np.zeros(1, dtype=bool), DEAD, pattern)
+    atoms, inside, prev = [], [], 0  # atoms partition the code points, gaps included
+    for a, b in merged:
+        if a > prev:
+            atoms.append((prev, a - 1))
+            inside.append(False)
+        atoms.append((a, b))
+        inside.append(True)
+        prev = b + 1
+    if prev <= MAX_CODE_POINT:
+        atoms.append((prev, MAX_CODE_POINT))
+        inside.append(False)
+    table = np.zeros((3, len(atoms)), dtype=np.int64)  # dead, start, after one character
+    table[1, inside] = 2
+    accepting = np.array([False, False, True])
+    return to_bytes(table, accepting, atoms, pattern, unlimited())
+
+
+def dfa_from_byte_classes(classes: Sequence[Iterable[int]], pattern: str) -> ByteDFA:
+    """The minimal DFA of the strings whose i-th byte is in ``classes[i]`` (a chain of states;
+    e.g. an ASCII keyword matched in any case)."""
+    n = len(classes)
+    trans = np.zeros((n + 2, 256), dtype=np.int32)
+    for i, allowed in enumerate(classes):
+        trans[i + 1, list(allowed)] = i + 2
+    accepting = np.zeros(n + 2, dtype=bool)
+    accepting[n + 1] = True
+    return ByteDFA(trans, accepting, 1, pattern)
+
+
+def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
+    """The minimal DFA of a finite set of strings (str items are UTF-8 encoded).
+
+    Builds the trie of the set, then merges equivalent states bottom-up (the trie is acyclic,
+    so one pass over states in reverse creation order, keyed by their outgoing edges, is exact).
+    """
+    items = sorted({s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in strings})
+    rows: list[dict[int, int]] = [{}]
+    accepting = [False]
+    for data in items:
+        state = 0
+        for b in data:
+            nxt = rows[state].get(b)
+            if nxt is None:
+                nxt = rows[state][b] = len(rows)
+                rows.append({})
+                accepting.append(False)
+            state = nxt
+        accepting[state] = True
+    burn(NUMPY_STEPS // STEPS_PER_UNIT + len(rows))  # the active fuel: a unit per trie node
+    canonical = [0] * len(rows)
+    registry: dict[tuple, int] = {}
+    for state in range(len(rows) - 1, -1, -1):  # children are created after their parents
+        key = (accepting[state], tuple((b, canonical[t]) for b, t in sorted(rows[state].items())))
+        canonical[state] = registry.setdefault(key, state)
+    # renumber the canonical states: dead 0, start 1, then in creation order
+    kept = sorted(set(canonical))
+    number = {old: i + 1 for i, old in enumerate(kept)}
+    trans = np.zeros((len(kept) + 1, 256), dtype=np.int32)
+    acc = np.zeros(len(kept) + 1, dtype=bool)
+    for old in kept:
+        for b, t in rows[old].items():
+            trans[number[old], b] = number[canonical[t]]
+        acc[number[old]] = accepting[old]
+    summary = " | ".join(repr(s) for s in items[:3]) + (
+        f" ... ({len(items)} strings)" if len(items) > 3 else ""
+    )
+    return ByteDFA(trans, acc, 1 if items else DEAD, summary)
