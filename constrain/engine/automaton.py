@@ -114,10 +114,6 @@ class DFAAutomaton:
         self._accepting = dfa.accepting
         self._can_continue = (self._table != 0).any(axis=1)
         self._admits: dict[tuple[int, ByteDFA], bool] = {}
-        # the transitions (and the languages `admits` is asked about) copied into the native
-        # core on first use
-        self._native_table = None
-        self._native_languages: dict[ByteDFA, object] = {}
 
     def step(self, state: int, data: bytes) -> int | None:
         nxt = self.dfa.walk(state, data)
@@ -161,8 +157,8 @@ class DFAAutomaton:
             if self.engine == "python":
                 found = admits(self._table, state, language)
             else:
-                found = self._native().admits(
-                    state, self._native_language(language), language.start
+                found = self.dfa.native_table().admits(
+                    state, language.native_table(), language.start
                 )
             self._admits[key] = found
         return found
@@ -171,23 +167,8 @@ class DFAAutomaton:
         if self.engine == "python":
             found = trie.tokens_read_by(self._table, state)
         else:
-            found = self._native().tokens(trie.native, state)
+            found = self.dfa.native_table().tokens(trie.native, state)
         burn(1 + len(found) // 16)  # the active fuel: the walk, after the fact
-        return found
-
-    def _native(self):
-        if self._native_table is None:
-            from constrain.engine.native import DFATable
-
-            self._native_table = DFATable(self._table)
-        return self._native_table
-
-    def _native_language(self, language: ByteDFA):
-        found = self._native_languages.get(language)
-        if found is None:
-            from constrain.engine.native import DFATable
-
-            found = self._native_languages[language] = DFATable(language.transitions)
         return found
 
 

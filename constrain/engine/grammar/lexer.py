@@ -274,7 +274,6 @@ class Lexer:
                 found.setdefault(o, []).append(c)
         return found
 
-
     def _state(self, combo: tuple) -> int:
         """The number of state `combo`, added (with its tag) if new."""
         found = self._index.get(combo)

@@ -87,8 +87,6 @@ class NativeLexer:
         self._live: dict[int, tuple[int, ...]] = {}
         self._tag_sets: dict[int, frozenset[int]] = {}
         self._ends: dict[int, np.ndarray] = {}
-        # the languages `admits` is asked about (a vocabulary's few slices), copied in once
-        self._languages: dict[ByteDFA, object] = {}
 
     def _call(self, fn, *args):
         """`fn(*args)`, with the lexer's state budget reported as Python's lexer reports it."""
@@ -155,17 +153,11 @@ class NativeLexer:
         burn(1 + (len(tokens) + sum(len(nodes) for _, nodes in ends)) // _FOUND_PER_UNIT)
         return Piece(tokens, [(self.tag_set(tag), nodes) for tag, nodes in ends])
 
-    def _language(self, language: ByteDFA):
-        found = self._languages.get(language)
-        if found is None:
-            found = self._languages[language] = self._native_module.DFATable(language.transitions)
-        return found
-
     def admits(self, state: int, language: ByteDFA) -> bool:
-        return self._call(self._lexer.admits, state, self._language(language), language.start)
+        return self._call(self._lexer.admits, state, language.native_table(), language.start)
 
     def lexeme_admits(self, lexeme: int, at: int, language: ByteDFA) -> bool:
-        return self._lexer.lexeme_admits(lexeme, at, self._language(language), language.start)
+        return self._lexer.lexeme_admits(lexeme, at, language.native_table(), language.start)
 
     def __repr__(self) -> str:
         return f"NativeLexer(lexemes={len(self._table)}, states={self.n_states})"

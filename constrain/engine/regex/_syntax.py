@@ -8,7 +8,7 @@ strips anchors at the very start or end (no-ops under full-match semantics) and 
 
 Lookaheads ``(?=X)`` / ``(?!X)`` are cut out and parsed on their own; in the pattern each
 becomes a marker character (a private-use code point, `lookahead_index`) that the NFA builder
-turns into an assertion on the rest of the text (see `constrain.engine.regex.dfa`). ``X`` ending in
+turns into an assertion on the rest of the text (see `constrain.engine.regex.subsets`). ``X`` ending in
 ``$`` must match the whole rest of the text, otherwise a prefix of it.
 """
 

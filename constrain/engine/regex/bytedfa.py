@@ -39,6 +39,7 @@ class ByteDFA:
         "_first",
         "_class_rows",
         "_representatives",
+        "_native",
     )
 
     def __init__(self, transitions: np.ndarray, accepting: np.ndarray, start: int, pattern: str):
@@ -51,6 +52,7 @@ class ByteDFA:
         self._class_rows: list[list[tuple[int, int]] | None] = [None] * len(transitions)
         self._representatives: np.ndarray | None = None
         self._first: np.ndarray | None = None
+        self._native = None
         transitions.flags.writeable = False
         accepting.flags.writeable = False
 
@@ -60,6 +62,15 @@ class ByteDFA:
 
     def is_empty(self) -> bool:
         return self.start == DEAD
+
+    def native_table(self):
+        """The transitions copied into the native core (once: kept with the DFA, so a
+        vocabulary's slice languages are copied once, not once per grammar)."""
+        if self._native is None:
+            from constrain.engine.native import DFATable
+
+            self._native = DFATable(self.transitions)
+        return self._native
 
     def accepts(self, state: int) -> bool:
         """Whether `state` is accepting."""

@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
+from constrain.engine.cache import BoundedCache
 from constrain.engine.regex.bytedfa import DEAD, ByteDFA
 from constrain.fuel import burn
 
@@ -99,6 +101,33 @@ def _without(run: tuple[int, int, int], excluded: tuple[int, ...]) -> list[tuple
     return out
 
 
+class _EscapedClasses(NamedTuple):
+    classes: np.ndarray  # the class of each byte: the base's, each of ESCAPE_BYTES alone
+    refined: dict[int, list[int]]  # a base class -> its classes here
+    base_bytes: int  # the base's table, which the entry keeps alive
+
+
+# per base DFA (bounded: the same key texts and string universes are escaped by every
+# compilation)
+_CLASSES: BoundedCache[ByteDFA, _EscapedClasses] = BoundedCache(
+    4096, max_bytes=64 * 2**20, size=lambda found: found.base_bytes
+)
+
+
+def _escaped_classes(base: ByteDFA) -> _EscapedClasses:
+    """The byte classes of `base` escaped."""
+    own = base.byte_classes().astype(np.int64)
+    labels = own.copy()
+    labels[list(ESCAPE_BYTES)] = own.max() + 1 + np.arange(len(ESCAPE_BYTES))
+    _, first, classes = np.unique(labels, return_index=True, return_inverse=True)
+    classes = classes.ravel().astype(np.int64)
+    classes.flags.writeable = False
+    refined: dict[int, list[int]] = {}
+    for c, byte in enumerate(first.tolist()):
+        refined.setdefault(int(own[byte]), []).append(c)
+    return _EscapedClasses(classes, refined, base.transitions.nbytes)
+
+
 def has_strings(dfa: ByteDFA, in_string: bool = False) -> bool:
     """Whether `dfa` reads any string (from inside one when `in_string`): else escaping
     changes nothing."""
@@ -127,17 +156,10 @@ class EscapedDFA:
         self.pattern = f"escapes({base.pattern})"
         self._inside: dict[int, bool] = {base.start: in_string}  # base states reached
         self._n = base.n_states
-        own = base.byte_classes().astype(np.int64)
-        labels = own.copy()
-        labels[list(ESCAPE_BYTES)] = own.max() + 1 + np.arange(len(ESCAPE_BYTES))
-        _, first, classes = np.unique(labels, return_index=True, return_inverse=True)
-        self._classes = classes.ravel().astype(np.int64)
-        self._classes.flags.writeable = False
+        classes = _CLASSES.get_or_build(base, lambda: _escaped_classes(base))
+        self._classes, self._refined = classes.classes, classes.refined
         self._backslash = int(self._classes[_BACKSLASH])
         self._quote = int(self._classes[_QUOTE])
-        self._refined: dict[int, list[int]] = {}  # base class -> its classes here
-        for c, byte in enumerate(first.tolist()):
-            self._refined.setdefault(int(own[byte]), []).append(c)
         self._escape_of: dict[int, int] = {}  # base state inside a string -> its subtree
         self._keys: dict[tuple, int] = {}  # interned subtree states
         self._build: list[Callable[[], dict[int, int]] | None] = []
