@@ -266,3 +266,34 @@ def test_lookaheads_match_exactly_what_python_re_matches(pattern):
         for chars in itertools.product("ab-z0", repeat=n):
             text = "".join(chars)
             assert dfa.matches(text) == bool(re.fullmatch(pattern, text)), text
+
+
+# -- products: the plain-Python path for small operands and the numpy one -----------------------
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    x=_regexes(),
+    y=_regexes(),
+    op=st.sampled_from(["and", "or", "minus"]),
+    texts=st.lists(st.text(st.sampled_from("abcé日🎉-. \n1"), max_size=5), max_size=20),
+)
+def test_combine_agrees_with_re_on_both_paths(x, y, op, texts):
+    """`combine` accepts exactly what `re` says of the two operands, whether the product is
+    built in plain Python (small operands) or with numpy; both paths give the same DFA."""
+    import constrain.engine.regex.products as products
+
+    a, b = compile_regex(x), compile_regex(y)
+    small = products.combine(a, b, op, "p")
+    threshold, products._SMALL_PRODUCT = products._SMALL_PRODUCT, -1
+    try:
+        large = products.combine(a, b, op, "p")
+    finally:
+        products._SMALL_PRODUCT = threshold
+    assert small.start == large.start
+    assert np.array_equal(small.transitions, large.transitions)
+    assert np.array_equal(small.accepting, large.accepting)
+    for text in texts:
+        in_a, in_b = (bool(re.fullmatch(p, text, re.ASCII)) for p in (x, y))
+        want = {"and": in_a and in_b, "or": in_a or in_b, "minus": in_a and not in_b}[op]
+        assert small.matches(text) == want, (x, y, op, text)

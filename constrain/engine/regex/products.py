@@ -18,6 +18,7 @@ from constrain.engine.regex.bytedfa import DEAD, ByteDFA, weights
 from constrain.engine.regex.minimize import minimize
 
 _MERGE_LIMIT = 600  # products larger than this are pruned but not minimised (Moore is O(n * depth))
+_SMALL_PRODUCT = 1024  # operands with at most this many pairs of states combine in plain Python
 
 
 def joint_byte_classes(dfas: Sequence[ByteDFA]) -> tuple[np.ndarray, np.ndarray]:
@@ -95,6 +96,8 @@ def combine(
     limits = CompileLimits(
         pattern[:200], timeout=timeout, max_states=max_states, max_memory=max_memory
     )
+    if a.n_states * b.n_states <= _SMALL_PRODUCT:
+        return _small_combine(a, b, op, pattern, limits)
     pairs, table, classes = _product_search(a, b, op, limits)
     sorter = np.argsort(pairs)
     live = table >= 0
@@ -105,6 +108,89 @@ def combine(
     merge = len(pairs) <= _MERGE_LIMIT
     table, acc = minimize(table, accepting, 0, merge=merge, expand=classes, limits=limits)
     return ByteDFA(table, acc, 1 if len(table) > 1 else DEAD, pattern)
+
+
+def _small_combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, limits: CompileLimits):
+    """`combine` of small DFAs in plain Python (the numpy passes cost more than the work):
+    the same product search, pruning, Moore refinement and breadth-first numbering over the
+    same byte classes, so the same DFA."""
+    classes, representatives = joint_byte_classes((a, b))
+    rows_a = a.transitions[:, representatives].tolist()
+    rows_b = b.transitions[:, representatives].tolist()
+    acc_a, acc_b = a.accepting.tolist(), b.accepting.tolist()
+    index = {(a.start, b.start): 0}
+    pairs = [(a.start, b.start)]
+    table: list[list[int]] = []  # per pair, per class: the next pair (-1: none)
+    for x, y in pairs:  # grows as pairs are found: breadth first
+        row = []
+        for kx, ky in zip(rows_a[x], rows_b[y]):
+            dead = kx == DEAD
+            if op == "or":
+                dead = dead and ky == DEAD
+            elif op == "and":
+                dead = dead or ky == DEAD
+            if dead:
+                row.append(-1)
+                continue
+            found = index.get((kx, ky))
+            if found is None:
+                found = index[(kx, ky)] = len(pairs)
+                pairs.append((kx, ky))
+            row.append(found)
+        table.append(row)
+    limits.states(len(pairs), f"the {op} of two automata")
+    limits.did(NUMPY_STEPS + len(pairs) * len(representatives))
+    accepting = [
+        {"and": acc_a[x] and acc_b[y], "or": acc_a[x] or acc_b[y], "minus": acc_a[x] and not acc_b[y]}[op]
+        for x, y in pairs
+    ]  # fmt: skip
+    # live pairs (some accepting pair reachable); the others merge into the dead state
+    back: list[list[int]] = [[] for _ in pairs]
+    for i, row in enumerate(table):
+        for t in row:
+            if t >= 0:
+                back[t].append(i)
+    live = [False] * len(pairs)
+    todo = [i for i, ok in enumerate(accepting) if ok]
+    for i in todo:
+        live[i] = True
+    while todo:
+        for j in back[todo.pop()]:
+            if not live[j]:
+                live[j] = True
+                todo.append(j)
+    if not live[0]:
+        return ByteDFA(np.zeros((1, 256), np.int32), np.zeros(1, bool), DEAD, pattern)
+    # Moore refinement; state n is the dead one
+    n = len(pairs)
+    succ = [[t if t >= 0 and live[t] else n for t in row] for row in table]
+    succ.append([n] * len(representatives))
+    cls = [(2 if accepting[i] else 1) if live[i] else 0 for i in range(n)] + [0]
+    count = len(set(cls))
+    while True:
+        ids: dict[tuple, int] = {}
+        cls = [ids.setdefault((c, *(cls[t] for t in row)), len(ids)) for c, row in zip(cls, succ)]
+        if len(ids) == count:
+            break
+        count = len(ids)
+    # breadth-first numbering of the classes from the start's: 0 dead, 1 start
+    rep = {}
+    for i in range(n, -1, -1):
+        rep[cls[i]] = i
+    number = {cls[n]: 0, cls[0]: 1}
+    queue = [cls[0]]
+    for c in queue:
+        for t in succ[rep[c]]:
+            if cls[t] not in number:
+                number[cls[t]] = len(number)
+                queue.append(cls[t])
+    out = np.zeros((len(number), len(representatives)), dtype=np.int32)
+    out_acc = np.zeros(len(number), dtype=bool)
+    for c, k in number.items():
+        if k:
+            out[k] = [number[cls[t]] for t in succ[rep[c]]]
+            out_acc[k] = rep[c] < n and accepting[rep[c]]
+    return ByteDFA(np.ascontiguousarray(out[:, classes]), out_acc, 1, pattern)
 
 
 def is_empty_combination(a: ByteDFA, b: ByteDFA, op: str) -> bool:
