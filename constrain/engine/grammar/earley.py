@@ -56,19 +56,17 @@ class EarleyParser:
         nts = sorted(ir.nonterminals() | {_SUPER_START})
         nt_id = {n: i for i, n in enumerate(nts)}
         rules = [(_SUPER_START, (ir.start,))] + [(r.lhs, r.rhs) for r in ir.rules]
-        next_sym: list[
-            int | None
-        ] = []  # per dotted rule: nt id >= 0, ~lexeme id < 0, None = complete
+        next_sym: list[int | None] = []  # per dotted rule: nt id >= 0, ~lexeme id, None: done
         lhs_of: list[int] = []
         first_dotted: dict[int, list[int]] = {i: [] for i in range(len(nts))}
+        code = {**{name: ~i for name, i in lexeme_ids.items()}, **nt_id}  # a symbol's number
+        burn(len(rules) + sum(len(rhs) for _, rhs in rules))  # a unit per dotted rule
         for lhs, rhs in rules:
-            burn(1 + len(rhs))  # the active fuel: a unit per dotted rule
-            first_dotted[nt_id[lhs]].append(len(next_sym))
-            for sym in rhs:
-                next_sym.append(nt_id[sym] if sym in nt_id else ~lexeme_ids[sym])
-                lhs_of.append(nt_id[lhs])
+            a = nt_id[lhs]
+            first_dotted[a].append(len(next_sym))
+            next_sym.extend([code[sym] for sym in rhs])
             next_sym.append(None)
-            lhs_of.append(nt_id[lhs])
+            lhs_of.extend([a] * (len(rhs) + 1))
         # tuples of ints, which the garbage collector untracks (lists it traverses at every
         # full collection: for large grammars, pauses of hundreds of milliseconds)
         self.next_sym: tuple[int | None, ...] = tuple(next_sym)

@@ -144,16 +144,20 @@ class GrammarIR:
         nonterminals = self.nonterminals()
         if self.start not in nonterminals:
             raise GrammarError(f"the start rule {self.start!r} is not defined")
-        for rule in self.rules:
-            burn(1 + len(rule.rhs))  # the active fuel: a unit per symbol, for the passes here
-            for sym in rule.rhs:
-                if sym not in nonterminals and sym not in self.lexemes:
-                    kind = "terminal" if sym.isupper() else "rule"
-                    raise GrammarError(f"unknown {kind} {sym!r} used in rule {rule.lhs!r}")
+        # the active fuel: a unit per rule and symbol, for the passes here
+        burn(len(self.rules) + sum(len(rule.rhs) for rule in self.rules))
+        used = {sym for rule in self.rules for sym in rule.rhs}
+        unknown = used - nonterminals - self.lexemes.keys()
+        if unknown:
+            for rule in self.rules:
+                for sym in rule.rhs:
+                    if sym in unknown:
+                        kind = "terminal" if sym.isupper() else "rule"
+                        raise GrammarError(f"unknown {kind} {sym!r} used in rule {rule.lhs!r}")
         for name in self.ignore:
             if name not in self.lexemes:
                 raise GrammarError(f"%ignore names unknown terminal {name!r}")
-        used = {sym for rule in self.rules for sym in rule.rhs} | set(self.ignore)
+        used |= set(self.ignore)
         live_lexemes = set()
         for name in used & set(self.lexemes):
             lexeme = self.lexemes[name]
@@ -177,8 +181,7 @@ class GrammarIR:
         rules: list[Rule] = []
         by_lhs: dict[str, list[Rule]] = {}
         for r in self.rules:
-            burn(1)
-            if r.lhs in productive and all(s in productive for s in r.rhs):
+            if r.lhs in productive and productive.issuperset(r.rhs):
                 rules.append(r)
                 by_lhs.setdefault(r.lhs, []).append(r)
         reachable, stack = {self.start}, [self.start]
@@ -201,20 +204,22 @@ def derivable(rules: Iterable[tuple[str, Sequence[str]]], given: Iterable[str]) 
     Linear in the size of the grammar: each rule counts its symbols not derived yet."""
     done = set(given)
     rules = list(rules)
-    missing = [0] * len(rules)
+    burn(1 + len(rules))  # the active fuel: a unit per rule (and per symbol derived, below)
+    missing = []
     users: dict[str, list[int]] = {}
     ready = []
     for i, (lhs, rhs) in enumerate(rules):
-        burn(1)
+        count = 0
         for sym in rhs:
             if sym not in done:
-                missing[i] += 1
+                count += 1
                 users.setdefault(sym, []).append(i)
-        if not missing[i] and lhs not in done:
+        missing.append(count)
+        if not count and lhs not in done:
             done.add(lhs)
             ready.append(lhs)
+    burn(len(users))
     while ready:
-        burn(1)
         for i in users.pop(ready.pop(), ()):
             missing[i] -= 1
             lhs = rules[i][0]
