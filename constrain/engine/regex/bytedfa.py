@@ -18,7 +18,35 @@ DEAD = 0
 _FORCED_CAP = 4096
 
 
-class ByteDFA:
+class ByteWalk:
+    """`walk` and `matches` over a DFA's `step` and `accepts`: the dense `ByteDFA` and the
+    lazily built `EscapedDFA` share them."""
+
+    __slots__ = ()
+    start: int
+
+    def step(self, state: int, byte: int) -> int:
+        raise NotImplementedError
+
+    def accepts(self, state: int) -> bool:
+        raise NotImplementedError
+
+    def walk(self, state: int, data: bytes) -> int:
+        """The state after reading `data` from `state` (0 once dead)."""
+        for b in data:
+            state = self.step(state, b)
+            if state == DEAD:
+                return DEAD
+        return state
+
+    def matches(self, data: bytes | str) -> bool:
+        """Whether the whole of `data` is in the language."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        return self.accepts(self.walk(self.start, data))
+
+
+class ByteDFA(ByteWalk):
     """A DFA over bytes, minimal unless built by `every_escape`. State 0 is dead; every other
     state is reachable and live.
 
@@ -149,20 +177,6 @@ class ByteDFA:
 
     def step(self, state: int, byte: int) -> int:
         return self._row(state)[byte]
-
-    def walk(self, state: int, data: bytes) -> int:
-        """The state after reading `data` from `state` (0 once dead)."""
-        for b in data:
-            state = self._row(state)[b]
-            if state == DEAD:
-                return DEAD
-        return state
-
-    def matches(self, data: bytes | str) -> bool:
-        """Whether the whole of `data` is in the language."""
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        return bool(self.accepting[self.walk(self.start, data)])
 
     def forced_bytes(self, state: int) -> bytes:
         """Bytes forced next: taken while the state is not accepting and one byte leads on."""

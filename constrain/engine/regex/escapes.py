@@ -31,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from constrain.engine.cache import BoundedCache
-from constrain.engine.regex.bytedfa import DEAD, ByteDFA
+from constrain.engine.regex.bytedfa import DEAD, ByteDFA, ByteWalk
 from constrain.fuel import burn
 
 __all__ = ["ESCAPE_BYTES", "EscapedDFA", "has_strings"]
@@ -134,7 +134,7 @@ def has_strings(dfa: ByteDFA, in_string: bool = False) -> bool:
     return not dfa.is_empty() and (in_string or bool(dfa.transitions[:, _QUOTE].any()))
 
 
-class EscapedDFA:
+class EscapedDFA(ByteWalk):
     """`base` with every escaped spelling of its strings' characters (see the module
     docstring): the methods of a `ByteDFA` a lexer reads, over states built on first use.
 
@@ -187,7 +187,7 @@ class EscapedDFA:
         """The class of each byte: the base's, with each of `ESCAPE_BYTES` alone."""
         return self._classes
 
-    def next(self, state: int, byte: int) -> int:
+    def step(self, state: int, byte: int) -> int:
         """The state after `byte` (0: dead)."""
         if state >= self._n:
             return self._edges_of(state).get(byte, DEAD)
@@ -228,19 +228,6 @@ class EscapedDFA:
             for c, t in self.live_classes(state):
                 out[i, self._classes == c] = t
         return out
-
-    def walk(self, state: int, data: bytes) -> int:
-        """The state after reading `data` from `state` (0 once dead)."""
-        for b in data:
-            state = self.next(state, b)
-            if state == DEAD:
-                return DEAD
-        return state
-
-    def matches(self, data: bytes | str) -> bool:
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        return self.accepts(self.walk(self.start, data))
 
     def shortest_from(self, state: int) -> bytes:
         """A shortest completion from a base state: the base's (an escape is never shorter
