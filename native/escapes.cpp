@@ -175,14 +175,11 @@ const JsonEscapes::Runs& JsonEscapes::characters(int32_t s) {
 }
 
 int32_t JsonEscapes::escape_of(int32_t s) {
-    int32_t& found = escape_of_[size_t(s)];
-    if (found == kUnknown) {
+    if (escape_of_[size_t(s)] == kUnknown) {
         const Runs chars = characters(s);
-        int32_t e = chars.empty() ? 0 : node(kEscape, 0, chars);
-        escape_of_[size_t(s)] = e;  // `found` may dangle: node() does not touch escape_of_
-        return e;
+        escape_of_[size_t(s)] = chars.empty() ? 0 : node(kEscape, 0, chars);
     }
-    return found;
+    return escape_of_[size_t(s)];
 }
 
 int32_t JsonEscapes::node(Kind kind, int level, const Runs& runs) {
