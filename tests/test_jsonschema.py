@@ -645,6 +645,8 @@ def test_pattern_lookaheads_are_exact():
         r"^$|(^(?:\S+\s+){0,3}\S+$)",  # an anchored alternative inside a group (Github_ultra)
         r"(?:^a|b$)",
         r"(a)(b)",
+        r"^(a|$)",  # an inner `$`
+        r"(?:^|y)a",  # an inner `^`
     ],
 )
 def test_pattern_groups_around_anchored_alternatives(pattern):

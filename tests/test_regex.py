@@ -149,8 +149,7 @@ def test_semantics_of_shorthand_classes():
         (r"(?P<x>a)(?P=x)", "named backreference", 8),
         (r"(a)?(?(1)b|c)", "conditional", 4),
         (r"a\bb", "word boundary", 1),
-        (r"a^b", "anchor ^", 1),
-        (r"a$b", "anchor $", 1),
+        (r"(?=a$b)a", "anchor $ inside a lookahead", 4),
         (r"(?i)abc", "inline flags", 0),
         (r"\p{L}", "Unicode property", 0),
         (r"ab[cd", "unterminated character class", 2),
@@ -266,6 +265,37 @@ def test_lookaheads_match_exactly_what_python_re_matches(pattern):
         for chars in itertools.product("ab-z0", repeat=n):
             text = "".join(chars)
             assert dfa.matches(text) == bool(re.fullmatch(pattern, text)), text
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"^([^,]|$)",  # `$` in an alternative (JsonSchemaStore, Github_medium)
+        r"(\/?((\.{2})|([a-z0-9\-]*))($|\/))*",  # inside a repetition (Github_hard)
+        r"([^,]+(,|$)){3,}",
+        r"[\s\S]*(?:^|\n)ab[\s\S]*",  # `^` after what may be empty (a certificate pattern)
+        r"(?:^|,)a",  # `^` among single characters: one character group for interegular
+        r"a*^b|(^a|b)*",
+        r"a$\n?|b$b",  # `$` before what may be empty, and before what may not
+    ],
+)
+def test_inner_anchors_match_exactly_what_ecma_means(pattern):
+    """``^`` and ``$`` inside a pattern mean the text's start and end (ECMA-262 without the
+    multiline flag: Python's ``\A`` and ``\Z``): every string over a small alphabet up to length
+    5 is accepted iff `re.fullmatch` accepts it."""
+    dfa = compile_regex(pattern, dialect="ecma")
+    oracle = re.compile(re.sub(r"(?<!\[)\^", r"\\A", pattern).replace("$", r"\Z"))
+    for n in range(6):
+        for chars in itertools.product("a,\n/.b", repeat=n):
+            text = "".join(chars)
+            assert dfa.matches(text) == bool(oracle.fullmatch(text)), repr(text)
+
+
+def test_inner_dollar_in_pythons_dialect_admits_a_final_newline():
+    """In Python's dialect ``$`` also matches before a final newline, as `re` says."""
+    dfa = compile_regex(r"(a$|b)\n?")
+    for text in ["a", "a\n", "b", "b\n", "a\n\n", "ab"]:
+        assert dfa.matches(text) == bool(re.fullmatch(r"(a$|b)\n?", text)), repr(text)
 
 
 # -- products: the plain-Python path for small operands and the numpy one -----------------------

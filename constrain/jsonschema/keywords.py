@@ -74,7 +74,8 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "minLength / maxLength": ("exact", "code points; escapes count as one character; long "
                               "bounds counted in the grammar in 32-character chunks"),
     "pattern": ("exact", "ECMA-262 search semantics (Unicode `\\s`, `\\S` also inside a "
-                "class), intersected with length and format; lookaheads (not nested); no "
+                "class), intersected with length and format; lookaheads (not nested), `^` and `$` "
+                "anywhere; no "
                 "lookbehinds, backreferences, word boundaries (`\\b`, `\\B`; `[\\b]` is a "
                 "backspace) or `\\S` in a negated class: each is an error"),
     "format": ("partial", "every format of the specification is enforced, exact or narrower "

@@ -5,6 +5,9 @@ groups). Before it runs, a scan over the pattern (aware of escapes and character
 the constructs a finite automaton cannot express exactly and reports each with its position,
 strips anchors at the very start or end (no-ops under full-match semantics) and rewrites
 ``\\uXXXX`` / ``\\UXXXXXXXX`` escapes (and UTF-16 surrogate pairs) into the characters they name.
+Anchors inside the pattern stay: ``$`` becomes the lookahead "the rest of the text is empty" (in
+Python's dialect, "is at most one newline"), ``^`` the marker `START_MARKER`, an edge the NFA
+crosses only before the first character.
 
 Lookaheads ``(?=X)`` / ``(?!X)`` are cut out and parsed on their own; in the pattern each
 becomes a marker character (a private-use code point, `lookahead_index`) that the NFA builder
@@ -34,6 +37,14 @@ class Lookahead:
     negative: bool
     body: Pattern
     whole: bool
+
+
+START_MARKER = chr(MARKER_BASE + _MAX_LOOKAHEADS)  # ``^`` inside a pattern (not at its start)
+
+
+def _check_room(lookaheads: list, pattern: str, i: int) -> None:
+    if len(lookaheads) == _MAX_LOOKAHEADS:
+        raise RegexError(f"more than {_MAX_LOOKAHEADS} lookaheads and inner $", pattern, i)
 
 
 def lookahead_index(char: str) -> int | None:
@@ -187,8 +198,7 @@ def prepare(
                 kind = "lookahead" if ext[0] == "=" else "negative lookahead"
                 if lookaheads is None:
                     raise RegexError(f"{kind} (?{ext[0]}...) inside a lookahead", pattern, i)
-                if len(lookaheads) == _MAX_LOOKAHEADS:
-                    raise RegexError(f"more than {_MAX_LOOKAHEADS} lookaheads", pattern, i)
+                _check_room(lookaheads, pattern, i)
                 end = _group_end(pattern, i)
                 lookaheads.append((ext[0] == "!", pattern[i + 3 : end], i))
                 out.append(chr(MARKER_BASE + len(lookaheads) - 1))
@@ -209,16 +219,16 @@ def prepare(
             out.append(_class_of(_ECMA_LINE_END, negated=True))
             i += 1
             continue
-        elif c == "^":
-            if i != 0:
-                raise RegexError(
-                    "anchor ^ is only supported at the start of the pattern", pattern, i
-                )
-            i += 1
-            continue
-        elif c == "$":
-            if i != n - 1:
-                raise RegexError("anchor $ is only supported at the end of the pattern", pattern, i)
+        elif c == "^" or c == "$":
+            if i != (0 if c == "^" else n - 1):  # at the pattern's edge: a no-op
+                if lookaheads is None:
+                    raise RegexError(f"anchor {c} inside a lookahead", pattern, i)
+                if c == "^":  # position 0 only: an edge the NFA crosses before any character
+                    out.append(START_MARKER)
+                else:  # the rest of the text is empty (Python: or one newline)
+                    _check_room(lookaheads, pattern, i)
+                    lookaheads.append((False, "$" if ecma else "\n?$", i))
+                    out.append(chr(MARKER_BASE + len(lookaheads) - 1))
             i += 1
             continue
         out.append(c)
@@ -271,7 +281,7 @@ def _group_end(pattern: str, start: int) -> int:
 def parse(pattern: str, ecma: bool = False) -> tuple[Pattern, list[Lookahead]]:
     """Parse `pattern` into interegular's syntax tree (after `prepare`), with the lookaheads
     its marker characters stand for."""
-    if any(lookahead_index(c) is not None for c in pattern):
+    if any(lookahead_index(c) is not None or c == START_MARKER for c in pattern):
         raise RegexError("private-use characters U+10F000.. are reserved", pattern, None)
     found: list[tuple[bool, str, int]] = []
     tree = _parse_text(prepare(pattern, ecma, found), pattern)

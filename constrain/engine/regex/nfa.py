@@ -1,6 +1,7 @@
 """Thompson construction: an interegular syntax tree to an `NFA` over code-point range sets.
 
-Lookaheads (marked by `_syntax`) become assertion edges. Also here, what subset construction
+Lookaheads (marked by `_syntax`) become assertion edges, an inner ``^`` an edge crossed only
+from the start (`NFA.at_start`). Also here, what subset construction
 reads off the NFA: its atoms, the elementary code-point intervals it distinguishes
 (`atoms_of`), and its memoised epsilon closure (`closure_of`), both charged to the NFA's limits.
 """
@@ -14,7 +15,7 @@ import numpy as np
 from interegular.patterns import Pattern, _CharGroup, _Concatenation, _Repeated
 
 from constrain.engine.regex._limits import SET_ENTRY_BYTES, STEPS_PER_UNIT, CompileLimits
-from constrain.engine.regex._syntax import Lookahead, lookahead_index
+from constrain.engine.regex._syntax import START_MARKER, Lookahead, lookahead_index
 from constrain.engine.regex._utf8 import MAX_CODE_POINT
 from constrain.engine.regex.budget import CHECK_EVERY
 from constrain.errors import RegexError
@@ -59,6 +60,7 @@ class NFA:
     `end` sets an obligation on the rest of the text, to be (or, negative, not to be) in the
     language of the lookahead's own automaton from `start` to `final`. A prefix lookahead's
     `final` loops on every character (it is then `universal`: once reached, the rest matches).
+    An ``^`` inside the pattern is an edge in `at_start`, which only the start's closure takes.
     """
 
     def __init__(self, pattern: str, limits: CompileLimits, lookaheads: Sequence[Lookahead] = ()):
@@ -69,6 +71,7 @@ class NFA:
         self.lookaheads = lookaheads
         self.asserts: dict[int, list[tuple[bool, int, int, int]]] = {}
         self.universal: set[int] = set()
+        self.at_start: dict[int, list[int]] = {}  # ``^`` inside the pattern: first closure only
         self._built: dict[int, tuple[bool, int, int]] = {}  # lookahead -> its automaton
         self._ranges: dict[tuple, CodeRanges] = {}  # (chars, negated) -> ranges, for repeats
 
@@ -120,14 +123,17 @@ class NFA:
             if ranges is not None:  # a group seen before (a repetition's copies)
                 return self._edge(start, ranges)
             self.limits.check(work=len(node.chars) * STEPS_PER_UNIT)  # a unit per character
-            marks = [k for c in node.chars if (k := lookahead_index(c)) is not None]
-            if marks:
-                if node.negated or len(node.chars) > 1:
-                    raise RegexError(
-                        "a lookahead must stand alone, not as one of several single characters",
-                        self.pattern,
-                    )
-                return self._assertion(start, marks[0])
+            marks = {c for c in node.chars if c == START_MARKER or lookahead_index(c) is not None}
+            if marks:  # (?:^|a|b) may reach here as one group: each mark its own branch
+                if node.negated:
+                    raise RegexError("a lookahead or anchor inside [^...]", self.pattern)
+                end = self.new()
+                for c in sorted(marks):
+                    self.eps[self._zero_width(start, c)].append(end)
+                if len(node.chars) > len(marks):
+                    rest = _CharGroup(frozenset(node.chars - marks), False)
+                    self.eps[self.build(rest, start)].append(end)
+                return end
             ranges = _ranges_of(node.chars)
             ranges = self._ranges[key] = _complement(ranges) if node.negated else ranges
             return self._edge(start, ranges)
@@ -137,6 +143,14 @@ class NFA:
         if name == "__EmptyCls":
             return start
         raise RegexError(f"unsupported regex construct {name}", self.pattern)
+
+    def _zero_width(self, start: int, mark: str) -> int:
+        """The end of an anchor ``^`` or lookahead `mark` crossed from `start`."""
+        if mark == START_MARKER:
+            end = self.new()
+            self.at_start.setdefault(start, []).append(end)
+            return end
+        return self._assertion(start, lookahead_index(mark))
 
     def _assertion(self, start: int, k: int) -> int:
         built = self._built.get(k)

@@ -1,7 +1,8 @@
 """Subset construction: an `NFA` to a character DFA over its atoms (`determinize`).
 
-States are subsets of NFA states or, when the pattern has lookaheads, subsets of configurations
-(NFA state, obligations) that carry each lookahead's automaton along the rest of the text. The
+States are subsets of NFA states or, when the pattern has lookaheads or an inner ``^``, subsets
+of configurations (NFA state, obligations) that carry each lookahead's automaton along the rest
+of the text. The
 numbering of the new states and the moves out of a subset check the limits as they grow.
 """
 
@@ -64,7 +65,7 @@ def determinize(
     nfa: NFA, start: int, final: int
 ) -> tuple[list[dict[int, int]], list[bool], list[tuple[int, int]]]:
     """Subset construction. Returns per-state {atom: next state}, accepting flags and the atoms."""
-    if nfa.asserts:
+    if nfa.asserts or nfa.at_start:
         return _determinize_with_lookaheads(nfa, start, final)
     atoms, edge_atoms = atoms_of(nfa)
     closure = closure_of(nfa)
@@ -145,12 +146,13 @@ def _determinize_with_lookaheads(
 
     closes: dict[tuple, frozenset] = {}
 
-    def close(q: int, obligations: frozenset) -> frozenset:
-        key = (q, obligations)
+    def close(q: int, obligations: frozenset, first: bool = False) -> frozenset:
+        """The closure of a configuration; `first`: the start's, which takes inner ``^``."""
+        key = (q, obligations, first)
         got = closes.get(key)
         if got is None:
             seen: set = set()
-            stack = [key]
+            stack = [(q, obligations)]
             while stack:
                 config = stack.pop()
                 if config in seen:
@@ -158,6 +160,8 @@ def _determinize_with_lookaheads(
                 seen.add(config)
                 p, held = config
                 stack.extend((r, held) for r in nfa.eps[p])
+                if first:
+                    stack.extend((r, held) for r in nfa.at_start.get(p, ()))
                 for negative, sub_start, sub_final, end in nfa.asserts.get(p, ()):
                     settled = settle(negative, sub_final, closure(sub_start))
                     if settled is not False:
@@ -172,7 +176,7 @@ def _determinize_with_lookaheads(
         q, obligations = config
         return q == final and all((end in states) != neg for neg, end, states in obligations)
 
-    subsets = _Subsets(nfa, close(start, frozenset()))
+    subsets = _Subsets(nfa, close(start, frozenset(), first=True))
     table: list[dict[int, int]] = []
     accepting: list[bool] = []
     while (current := subsets.pending(table)) is not None:
