@@ -281,7 +281,7 @@ def test_lookaheads_match_exactly_what_python_re_matches(pattern):
 )
 def test_inner_anchors_match_exactly_what_ecma_means(pattern):
     """``^`` and ``$`` inside a pattern mean the text's start and end (ECMA-262 without the
-    multiline flag: Python's ``\A`` and ``\Z``): every string over a small alphabet up to length
+    multiline flag: Python's ``\\A`` and ``\\Z``): every string over a small alphabet up to length
     5 is accepted iff `re.fullmatch` accepts it."""
     dfa = compile_regex(pattern, dialect="ecma")
     oracle = re.compile(re.sub(r"(?<!\[)\^", r"\\A", pattern).replace("$", r"\Z"))
