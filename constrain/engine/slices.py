@@ -110,10 +110,12 @@ class VocabularySlices:
         return trie
 
 
-def admits(table, state: int, language: ByteDFA) -> bool:
+def admits(table, state: int, language: ByteDFA, max_pairs: int | None = None) -> bool:
     """Whether every string of `language` (and each prefix) read from `state` in the DFA with
     transition `table` (0 = dead; an array, or a function from states to their rows) stays in
-    a non-dead state: a breadth-first search of the product, one level of pairs at a time."""
+    a non-dead state: a breadth-first search of the product, one level of pairs at a time.
+    Past `max_pairs` pairs the answer is False, "not shown": the slice's tokens are then walked
+    one by one, which is exact, only slower."""
     rows = table if callable(table) else table.__getitem__
     lang_table = language.transitions
     width = np.int64(2**32)
@@ -128,6 +130,8 @@ def admits(table, state: int, language: ByteDFA) -> bool:
         pairs = np.unique(lang_next[read].astype(np.int64) * width + next_state[read])
         fresh = [p for p in pairs.tolist() if p not in seen]
         seen.update(fresh)
+        if max_pairs is not None and len(seen) > max_pairs:
+            return False
         frontier = np.array(fresh, dtype=np.int64)
     return True
 

@@ -37,6 +37,7 @@ from constrain.jsonschema.shapes import (
     UNQUOTED,
     ArrayShape,
     KeySet,
+    Lengths,
     ObjectShape,
     Prop,
     Region,
@@ -44,6 +45,7 @@ from constrain.jsonschema.shapes import (
     ShapeUnsupported,
     finite_within,
     keys_dfa,
+    length_dfa,
     min_bound,
     plain_keys,
     strings_except_plain,
@@ -52,6 +54,8 @@ from constrain.jsonschema.shapes import (
 __all__ = ["CompileTimeout", "ShapeAlgebra", "is_empty"]
 
 Parts = Callable[[], tuple]  # computes the arguments of `Shape.fill`
+# a length bound times a pattern of more (states x (bound + 1)) stays symbolic (`bounded`)
+_EAGER_PRODUCT = 100_000
 
 
 class CompileTimeout(Exception):
@@ -156,7 +160,34 @@ class ShapeAlgebra:
     def strings_of(self, shape: Shape) -> ByteDFA:
         """All the strings `shape` admits, as one DFA (materialising a symbolic length bound)."""
         strings = self.dfa_and(shape.scalars, STRINGS)
-        return strings if shape.text is None else self.dfa_or(strings, shape.text.dfa)
+        return strings if shape.text is None else self.dfa_or(strings, self.text_dfa(shape.text))
+
+    # -- strings of bounded length ----------------------------------------------------------------
+
+    def text_dfa(self, text: Lengths) -> ByteDFA:
+        """`text` as one DFA (raises `ShapeUnsupported` beyond the length chain's limit)."""
+        bounded = length_dfa(text.low, text.high)
+        return bounded if text.within is None else self.dfa_and(text.within, bounded)
+
+    def bounded(self, strings: ByteDFA, low: int, high: int | None) -> ByteDFA | Lengths:
+        """The quoted strings of `strings` with low..high characters: their DFA, or `Lengths`
+        over `strings` when the product would exceed the automaton limit (it is then built as
+        it is read, `constrain.engine.regex.counted`)."""
+        if strings is STRINGS or strings.is_empty():
+            return self.text_dfa(Lengths(low, high)) if strings is STRINGS else strings
+        if strings.n_states * ((high if high is not None else low) + 1) <= _EAGER_PRODUCT:
+            try:
+                return self.text_dfa(Lengths(low, high, strings))
+            except (RegexError, ShapeUnsupported):  # beyond a limit: counted as read instead
+                self.time_left()
+        return Lengths(low, high, strings)
+
+    def lengths_and(self, x: Lengths, y: Lengths) -> Lengths:
+        """The strings both bounds (and both patterns) admit."""
+        within = x.within if y.within is None else y.within
+        if x.within is not None and y.within is not None:
+            within = self.dfa_and(x.within, y.within)
+        return Lengths(max(x.low, y.low), min_bound(x.high, y.high), within)
 
     def strings_except(self, excluded: frozenset[str]) -> ByteDFA:
         """Every string but the `excluded` ones: from their trie for plain keys (the common
@@ -269,13 +300,21 @@ class ShapeAlgebra:
         scalars, text = self.dfa_and(a.scalars, b.scalars), None
         if a.text is not None or b.text is not None:
             if a.text is not None and b.text is not None:
-                text = a.text.both(b.text)
+                text = self.lengths_and(a.text, b.text)
             else:
                 lengths, other = (a.text, b) if a.text is not None else (b.text, a)
+                strings = self.dfa_and(other.scalars, STRINGS)
                 if self._all_strings(other.scalars):
                     text = lengths
-                elif not self.dfa_and(other.scalars, STRINGS).is_empty():
-                    scalars = self.dfa_or(scalars, self.dfa_and(lengths.dfa, other.scalars))
+                elif not strings.is_empty():
+                    within = (
+                        strings if lengths.within is None else self.dfa_and(lengths.within, strings)
+                    )
+                    found = self.bounded(within, lengths.low, lengths.high)
+                    if isinstance(found, Lengths):
+                        text = found
+                    else:
+                        scalars = self.dfa_or(scalars, found)
             if text is not None and text.is_empty():
                 text = None
         return scalars, arrays, objects, text, _both_checks(a, b)
@@ -369,7 +408,7 @@ class ShapeAlgebra:
             scalars = [s.scalars for s in shapes]
             text = texts.pop() if len(texts) == 1 else None
             if len(texts) > 0:  # several different bounds: as DFAs
-                scalars += [t.dfa for t in texts]
+                scalars += [self.text_dfa(t) for t in texts]
                 text = None
             arrays = [a for s in shapes for a in s.arrays]
             objects = [o for s in shapes for o in s.objects]
@@ -432,7 +471,7 @@ class ShapeAlgebra:
                 r for x in objects for y in self._not_object(alt) if (r := self._and_objects(x, y))
             ]
             _check_size(objects)
-        excluded = a.scalars if a.text is None else self.dfa_or(a.scalars, a.text.dfa)
+        excluded = a.scalars if a.text is None else self.dfa_or(a.scalars, self.text_dfa(a.text))
         return self.dfa_minus(SCALARS, excluded), arrays, objects
 
     def _not_arrays(self, a: Shape) -> list[ArrayShape]:
@@ -509,11 +548,11 @@ class ShapeAlgebra:
                     _check_size(alts)
                 objects.extend(alts)
             _refuse_checked(b)
-            removed = b.scalars if b.text is None else self.dfa_or(b.scalars, b.text.dfa)
+            removed = b.scalars if b.text is None else self.dfa_or(b.scalars, self.text_dfa(b.text))
             text = a.text
             if text is not None and not self.dfa_and(removed, STRINGS).is_empty():
                 scalars = self.dfa_or(
-                    self.dfa_minus(a.scalars, removed), self.dfa_minus(text.dfa, removed)
+                    self.dfa_minus(a.scalars, removed), self.dfa_minus(self.text_dfa(text), removed)
                 )
                 return scalars, arrays, objects, None, a.checks
             return self.dfa_minus(a.scalars, removed), arrays, objects, text, a.checks

@@ -31,7 +31,8 @@ from constrain.engine.regex import (
     quoted,
     repeat_unit,
 )
-from constrain.errors import GrammarError, UnsupportedSchemaError
+from constrain.engine.regex.counted import CountedDFA
+from constrain.errors import GrammarError, RegexError, UnsupportedSchemaError
 from constrain.fuel import burn
 from constrain.jsonschema.algebra import CompileTimeout, ShapeAlgebra
 from constrain.jsonschema.checks import JsonChecks, checks_for
@@ -216,7 +217,12 @@ class _Emitter:
             alternatives += 1
         try:
             if shape.text is not None:
-                self.add(name, (self.counted_string(shape.text),))
+                try:
+                    self.add(name, (self.counted_string(shape.text),))
+                except RegexError as exc:  # counting characters beside a pattern
+                    keyword = "maxLength" if shape.text.high is not None else "minLength"
+                    where = shape.name if shape.name.startswith("/") else ""
+                    raise UnsupportedSchemaError(exc.reason, keyword, where) from None
                 alternatives += 1
             for alt in shape.arrays:
                 self.add(name, (self.array(alt, depth),))
@@ -252,6 +258,9 @@ class _Emitter:
         key = ("text", lengths)
         if key in self.names:
             return self.names[key]
+        if lengths.within is not None:
+            name = self.names[key] = self.counted_lexeme(lengths)
+            return name
         name = self.names[key] = f"text{len(self.names)}"
         chunk = self.dfa_lexeme("chunk", _chunk_dfa(_CHUNK, _CHUNK, ""), in_string=True)
         low, high = lengths.low, lengths.high
@@ -428,6 +437,21 @@ class _Emitter:
         )
         if not o.required and o.min_props == 0:
             self.add(name, self.punctuation("{}", depth))
+        return name
+
+    def counted_lexeme(self, lengths: Lengths) -> str:
+        """The lexeme of a pattern's strings with a bounded number of characters, its states
+        built as they are read (`CountedDFA`), spelled as the `spellings` option says."""
+        within = lengths.within
+        assert within is not None
+        char = _chunk_dfa(1, 1, "")
+        if self.spellings == "all":
+            strings, char = every_escape(within), every_escape(char, in_string=True)
+        else:
+            strings = within
+        automaton = CountedDFA(strings, char, lengths.low, lengths.high)
+        name = f"R{len(self.lexemes)}_counted"
+        self.lexemes[name] = Lexeme(name, automaton.pattern[:80], automaton=automaton)
         return name
 
     def key_lexeme(self, key: str) -> str:

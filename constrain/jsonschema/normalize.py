@@ -55,7 +55,6 @@ from constrain.jsonschema.shapes import (
     Shape,
     ShapeUnsupported,
     key_text,
-    length_dfa,
     only,
 )
 from constrain.jsonschema.validation import Validators
@@ -457,10 +456,10 @@ class Normalizer:
         return dfa
 
     def _string(self, s: Mapping, ptr: str) -> ByteDFA | Lengths:
-        """The strings of a schema: a DFA, or `Lengths` when only a length bound applies and
-        it is long. A length bound becomes part of the DFA only where it constrains: not when
-        `pattern` / `format` admit every string (then it stays symbolic), nor a `maxLength`
-        that no string of theirs reaches."""
+        """The strings of a schema: a DFA, or `Lengths` when a length bound applies and it is
+        long, or would make the pattern's DFA huge. A length bound becomes part of the DFA only
+        where it constrains: not when `pattern` / `format` admit every string (then it stays
+        symbolic), nor a `maxLength` that no string of theirs reaches."""
         algebra = self.algebra
         low, high = int(s.get("minLength", 0)), s.get("maxLength")
         high = None if high is None else int(high)
@@ -485,8 +484,7 @@ class Normalizer:
                 high = None
         if low or high is not None:
             try:
-                bounded = length_dfa(low, high)
-                dfa = bounded if dfa is STRINGS else algebra.dfa_and(dfa, bounded)
+                return algebra.bounded(dfa, low, high)
             except ShapeUnsupported as exc:
                 keyword = "maxLength" if high is not None else "minLength"
                 raise UnsupportedSchemaError(str(exc), keyword, ptr) from None

@@ -130,23 +130,21 @@ class Shape:
 
 @dataclass(frozen=True)
 class Lengths:
-    """Every string of `low`..`high` characters. Long bounds (`maxLength: 32767`) would be huge
-    DFAs, so a shape keeps them symbolic (its `scalars` then hold no strings) and the grammar
-    counts characters in fixed-size chunks. Combined with another string constraint, the bound
-    becomes a DFA after all (`dfa`), which raises beyond the size limit."""
+    """The strings of `within` (every string when None) with `low`..`high` characters, kept
+    symbolic in a shape (its `scalars` then hold none of them) because as one DFA they would be
+    huge: a long bound alone (`maxLength: 32767`), which the grammar counts in fixed-size
+    chunks, or a bound times a large pattern, which becomes a lexeme built as it is read
+    (`constrain.engine.regex.counted`). Where the algebra must have them as a DFA after all
+    (`ShapeAlgebra.text_dfa`), it raises beyond the size limits."""
 
     low: int = 0
     high: int | None = None
-
-    def both(self, other: Lengths) -> Lengths:
-        return Lengths(max(self.low, other.low), min_bound(self.high, other.high))
+    within: ByteDFA | None = None
 
     def is_empty(self) -> bool:
-        return self.high is not None and self.high < self.low
-
-    @property
-    def dfa(self) -> ByteDFA:
-        return length_dfa(self.low, self.high)
+        return (self.high is not None and self.high < self.low) or (
+            self.within is not None and self.within.is_empty()
+        )
 
 
 def min_bound(a: int | None, b: int | None) -> int | None:

@@ -30,6 +30,7 @@ import numpy as np
 from constrain.engine.grammar.ir import Lexeme
 from constrain.engine.grammar.keywords import word_continuations
 from constrain.engine.regex import ByteDFA
+from constrain.engine.regex.counted import CountedDFA
 from constrain.engine.regex.products import joint_byte_classes
 from constrain.engine.slices import admits
 from constrain.engine.vocab import TokenTrie
@@ -39,6 +40,7 @@ from constrain.fuel import burn
 __all__ = ["ByteLexer", "Lexer", "Piece"]
 
 MAX_LEXER_STATES = 200_000
+_COUNTED_ADMITS_PAIRS = 512  # pairs a slice check may visit when a lexeme counts characters
 _NOTHING = ((-1, 0),)  # the start state of an empty set of lexemes: it reads nothing
 
 
@@ -124,6 +126,9 @@ class Lexer:
         self._rows: list[list[int] | None] = [None]
         self._live: list[tuple[int, ...] | None] = [None]
         self._starts: dict[frozenset[int], int] = {}
+        # a counted lexeme's states run as deep as its bound: slice checks are cut short
+        counted = any(isinstance(table[i].dfa, CountedDFA) for i in self._with_bytes)
+        self._admits_cap = _COUNTED_ADMITS_PAIRS if counted else None
 
     @property
     def n_states(self) -> int:
@@ -169,10 +174,13 @@ class Lexer:
         return found
 
     def admits(self, state: int, language: ByteDFA) -> bool:
-        return admits(self.rows, state, language)
+        return admits(self.rows, state, language, self._admits_cap)
 
     def lexeme_admits(self, lexeme: int, at: int, language: ByteDFA) -> bool:
-        return admits(self._table[lexeme].dfa.rows, at, language)
+        dfa = self._table[lexeme].dfa
+        if isinstance(dfa, CountedDFA) and dfa.high is not None and language.longest() is None:
+            return False  # unboundedly many characters against a bound
+        return admits(dfa.rows, at, language, self._admits_cap)
 
     def key(self, state: int) -> tuple:
         """The (lexeme id, DFA state) pairs alive in `state`."""

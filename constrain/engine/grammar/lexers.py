@@ -20,6 +20,7 @@ from constrain.engine.grammar.ir import Lexeme
 from constrain.engine.grammar.keywords import word_continuations
 from constrain.engine.grammar.lexer import MAX_LEXER_STATES, ByteLexer, Lexer, Piece
 from constrain.engine.regex import ByteDFA
+from constrain.engine.regex.counted import CountedDFA
 from constrain.engine.regex.escapes import EscapedDFA
 from constrain.engine.regex.products import joint_byte_classes
 from constrain.engine.vocab import TokenTrie
@@ -32,8 +33,10 @@ _FOUND_PER_UNIT = 16  # tokens and lexeme ends a C++ trie walk finds per unit of
 
 
 def make_lexer(table: Sequence[Lexeme], engine: str | None = None) -> ByteLexer:
-    """The lexer of `table` in `engine` ("native", "python"; None: the default)."""
-    if resolve_engine(engine) == "python":
+    """The lexer of `table` in `engine` ("native", "python"; None: the default). A table
+    with a `CountedDFA` lexeme runs in Python: the native core does not build those yet."""
+    counted = any(isinstance(lx.dfa, CountedDFA) for lx in table if lx.special is None)
+    if resolve_engine(engine) == "python" or counted:
         return Lexer(list(table))
     return NativeLexer(table)
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from constrain.engine.grammar.ir import GrammarIR, LexemeDFA
 from constrain.engine.regex import ByteDFA
+from constrain.engine.regex.counted import CountedDFA
 from constrain.engine.regex.escapes import EscapedDFA
 
 __all__ = ["random_lexeme", "random_text"]
@@ -38,6 +39,8 @@ def random_lexeme(dfa: LexemeDFA, rng: np.random.Generator, soft_max: int = 12) 
     of an `EscapedDFA`, a text in the canonical encoding)."""
     if isinstance(dfa, EscapedDFA):
         dfa = dfa.base
+    if isinstance(dfa, CountedDFA):
+        return _random_counted(dfa, rng, soft_max)
     dist = _distance_to_accept(dfa)
     state, out = dfa.start, bytearray()
     while True:
@@ -54,6 +57,20 @@ def random_lexeme(dfa: LexemeDFA, rng: np.random.Generator, soft_max: int = 12) 
         byte = int(rng.choice(live))
         out.append(byte)
         state = int(row[byte])
+
+
+def _random_counted(dfa: CountedDFA, rng: np.random.Generator, soft_max: int) -> bytes:
+    """A random string of a `CountedDFA`: random classes for `soft_max` bytes, then the
+    shortest completion (every state it builds is live)."""
+    classes = dfa.byte_classes()
+    state, out = dfa.start, bytearray()
+    while len(out) < soft_max and not (dfa.accepts(state) and rng.random() < 0.25):
+        live = dfa.live_classes(state)
+        if not live:
+            break
+        c, state = live[int(rng.integers(len(live)))]
+        out.append(int(rng.choice(np.flatnonzero(classes == c))))
+    return bytes(out) + dfa.shortest_from(state)
 
 
 def random_text(ir: GrammarIR, rng: np.random.Generator, max_depth: int = 8) -> str:
