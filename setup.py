@@ -6,7 +6,7 @@ import os
 from pybind11.setup_helpers import Pybind11Extension, build_ext
 from setuptools import setup
 
-SOURCES = ["native/escapes.cpp", "native/lexer.cpp", "native/trie.cpp", "native/module.cpp"]
+SOURCES = ["native/counted.cpp", "native/escapes.cpp", "native/lexer.cpp", "native/trie.cpp", "native/module.cpp"]
 # CONSTRAIN_SANITIZE=1 builds with AddressSanitizer and UndefinedBehaviorSanitizer (make
 # test-sanitize)
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-g"]

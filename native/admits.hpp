@@ -13,9 +13,10 @@ namespace constrain {
 // Whether every string of `language` (and each prefix), read from `state`, keeps the
 // automaton whose transitions `next(q, b)` give (0 = dead) in a live state: a search of the
 // product's reachable pairs, refusing at the first pair where the language reads a byte the
-// automaton cannot.
+// automaton cannot, and past `max_pairs` pairs (0: no limit) with "not shown" (false).
 template <typename Next>
-bool admits(Next&& next, int32_t state, const DFATable& language, int32_t language_start) {
+bool admits(Next&& next, int32_t state, const DFATable& language, int32_t language_start,
+            size_t max_pairs = 0) {
     std::unordered_set<uint64_t> seen;
     std::vector<std::pair<int32_t, int32_t>> stack{{language_start, state}};
     seen.insert((uint64_t(uint32_t(language_start)) << 32) | uint32_t(state));
@@ -30,6 +31,7 @@ bool admits(Next&& next, int32_t state, const DFATable& language, int32_t langua
             if (!q2) return false;
             uint64_t key = (uint64_t(uint32_t(r2)) << 32) | uint32_t(q2);
             if (seen.insert(key).second) stack.emplace_back(r2, q2);
+            if (max_pairs && seen.size() > max_pairs) return false;
         }
     }
     return true;

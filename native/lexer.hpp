@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "counted.hpp"
 #include "escapes.hpp"
 
 namespace constrain {
@@ -35,15 +36,20 @@ struct LexemeDFA {
     std::vector<int> owners;           // the lexemes it is a keyword of (empty: no keyword)
     std::array<uint8_t, 256> blocked{};  // keywords: bytes that would continue a word
     std::shared_ptr<JsonEscapes> escapes;  // null: the table is the whole DFA
+    std::shared_ptr<CountedStrings> counted;  // set: the DFA (no table)
 
     int32_t next(int32_t state, int own) {
+        if (counted) return counted->next(state, own);
         if (escapes) return escapes->next(state, own);
         return table[size_t(state) * n_own + own];
     }
     bool accepts(int32_t state) const {
+        if (counted) return counted->accepts(state);
         return size_t(state) < accepting.size() && accepting[size_t(state)];
     }
-    size_t n_states() const { return escapes ? escapes->n_states() : accepting.size(); }
+    size_t n_states() const {
+        return counted ? counted->n_states() : escapes ? escapes->n_states() : accepting.size();
+    }
 };
 
 using Pair = std::pair<int32_t, int32_t>;  // (lexeme id or -1, its DFA state)

@@ -31,27 +31,113 @@ py::array_t<T> to_array(std::vector<T>&& v) {
                           free);
 }
 
+// The own class of each byte, checked against `n_own`.
+std::array<int32_t, 256> own_of_byte_from(const py::handle& given, int n_own) {
+    auto own_of_byte = given.cast<Array<int32_t>>();
+    if (own_of_byte.size() != 256) throw py::value_error("own_of_byte must have 256 entries");
+    std::array<int32_t, 256> own{};
+    for (int b = 0; b < 256; ++b) {
+        own[size_t(b)] = own_of_byte.data()[b];
+        if (own[size_t(b)] < 0 || own[size_t(b)] >= n_own)
+            throw py::value_error("own class out of range");
+    }
+    return own;
+}
+
+// The every-escape spelling of a base table (n_base x n_own), its bytes checked.
+std::shared_ptr<JsonEscapes> escapes_from(std::vector<int32_t> table, int n_own, int32_t n_base,
+                                          int32_t start, bool in_string,
+                                          const std::array<int32_t, 256>& own) {
+    for (unsigned char c : std::string("\\u0123456789abcdefABCDEFbfnrt\"/"))
+        for (int b = 0; b < 256; ++b)
+            if (b != c && own[size_t(b)] == own[size_t(c)])
+                throw py::value_error("a byte an escape reads must have a class of its own");
+    return std::make_shared<JsonEscapes>(std::move(table), n_own, n_base, start, in_string, own);
+}
+
+// A table (n, own classes) with its accepting flags, every transition inside it.
+void table_from(const py::handle& given_table, const py::handle& given_accepting,
+                std::vector<int32_t>& table, std::vector<uint8_t>& accepting, int& n_own) {
+    auto t = given_table.cast<Array<int32_t>>();
+    if (t.ndim() != 2) throw py::value_error("a lexeme table must be 2-D");
+    n_own = int(t.shape(1));
+    table = to_vector(t);
+    accepting = to_vector(given_accepting.cast<Array<uint8_t>>());
+    if (accepting.size() != size_t(t.shape(0)))
+        throw py::value_error("accepting and table disagree on the number of states");
+    for (int32_t s : table)
+        if (s < 0 || size_t(s) >= accepting.size())
+            throw py::value_error("a lexeme transition leads outside its table");
+}
+
+// (table, accepting, own class of each byte, start, in_string or None: no escapes)
+ByteWalk walk_from(const py::tuple& spec) {
+    if (spec.size() != 5) throw py::value_error("a walk is (table, accepting, own, start, escapes)");
+    ByteWalk walk;
+    table_from(spec[0], spec[1], walk.table, walk.accepting, walk.n_own);
+    walk.own_of_byte = own_of_byte_from(spec[2], walk.n_own);
+    walk.start = spec[3].cast<int32_t>();
+    if (walk.start < 0 || size_t(walk.start) >= walk.accepting.size())
+        throw py::value_error("a walk's start state is outside its table");
+    if (!spec[4].is_none()) {
+        walk.escapes = escapes_from(std::move(walk.table), walk.n_own,
+                                    int32_t(walk.accepting.size()), walk.start,
+                                    spec[4].cast<bool>(), walk.own_of_byte);
+        walk.table.clear();
+    }
+    return walk;
+}
+
+// (strings walk, char walk, low, high or -1, boundary of each base state, lengths (window x
+//  boundaries), first, period, a byte of each class, the quote's class)
+std::shared_ptr<CountedStrings> counted_from(const py::tuple& spec) {
+    if (spec.size() != 10) throw py::value_error("a counted lexeme spec has 10 entries");
+    ByteWalk strings = walk_from(spec[0].cast<py::tuple>());
+    ByteWalk chr = walk_from(spec[1].cast<py::tuple>());
+    auto low = spec[2].cast<int64_t>(), high = spec[3].cast<int64_t>();
+    if (low < 0 || high < -1) throw py::value_error("length bounds out of range");
+    CompletionLengths lengths;
+    lengths.index = to_vector(spec[4].cast<Array<int32_t>>());
+    auto table = spec[5].cast<Array<uint8_t>>();
+    if (table.ndim() != 2) throw py::value_error("completion lengths must be 2-D");
+    lengths.window = table.shape(0);
+    lengths.n_boundaries = table.shape(1);
+    lengths.lengths = to_vector(table);
+    if (lengths.index.size() != strings.accepting.size())
+        throw py::value_error("a boundary index needs one entry per base state");
+    for (int32_t i : lengths.index)
+        if (i < -1 || i >= lengths.n_boundaries) throw py::value_error("boundary out of range");
+    lengths.first = spec[6].cast<int64_t>();
+    lengths.period = spec[7].cast<int64_t>();
+    if (lengths.first < 0 || lengths.period < 0 || lengths.first + lengths.period > lengths.window)
+        throw py::value_error("the period of completion lengths is outside its window");
+    auto bytes = to_vector(spec[8].cast<Array<uint8_t>>());
+    if (bytes.empty()) throw py::value_error("a counted lexeme needs its classes' bytes");
+    int quote = spec[9].cast<int>();
+    if (quote < 0 || size_t(quote) >= bytes.size() || bytes[size_t(quote)] != '"')
+        throw py::value_error("the quote's class is out of range");
+    return std::make_shared<CountedStrings>(std::move(strings), std::move(chr), low, high,
+                                            std::move(lengths), std::move(bytes), quote);
+}
+
 LexemeDFA lexeme_from(const py::tuple& spec) {
     // (table (n, own classes) int32, accepting bool (n,), own class of each joint class,
-    //  start, priority, owners [ids], blocked bool (256,) or None)
+    //  start, priority, owners [ids], blocked bool (256,) or None, escapes or None,
+    //  counted or None: with a counted spec the table and start are unused)
     LexemeDFA dfa;
-    auto table = spec[0].cast<Array<int32_t>>();
-    if (table.ndim() != 2) throw py::value_error("a lexeme table must be 2-D");
-    dfa.n_own = int(table.shape(1));
-    dfa.table = to_vector(table);
-    auto accepting = spec[1].cast<Array<uint8_t>>();
-    dfa.accepting = to_vector(accepting);
-    if (dfa.accepting.size() != size_t(table.shape(0)))
-        throw py::value_error("accepting and table disagree on the number of states");
+    if (spec.size() > 8 && !spec[8].is_none()) {
+        dfa.counted = counted_from(spec[8].cast<py::tuple>());
+        dfa.n_own = int(spec[8].cast<py::tuple>()[8].cast<Array<uint8_t>>().size());
+        dfa.start = dfa.counted->start();
+    } else {
+        table_from(spec[0], spec[1], dfa.table, dfa.accepting, dfa.n_own);
+        dfa.start = spec[3].cast<int32_t>();
+        if (dfa.start < 0 || size_t(dfa.start) >= dfa.accepting.size())
+            throw py::value_error("a lexeme start state is outside its table");
+    }
     dfa.own_of_joint = to_vector(spec[2].cast<Array<int32_t>>());
     for (int32_t own : dfa.own_of_joint)
         if (own < 0 || own >= dfa.n_own) throw py::value_error("own class out of range");
-    for (int32_t t : dfa.table)
-        if (t < 0 || size_t(t) >= dfa.accepting.size())
-            throw py::value_error("a lexeme transition leads outside its table");
-    dfa.start = spec[3].cast<int32_t>();
-    if (dfa.start < 0 || size_t(dfa.start) >= dfa.accepting.size())
-        throw py::value_error("a lexeme start state is outside its table");
     dfa.priority = spec[4].cast<int>();
     dfa.owners = spec[5].cast<std::vector<int>>();
     if (!spec[6].is_none()) {
@@ -59,27 +145,13 @@ LexemeDFA lexeme_from(const py::tuple& spec) {
         if (blocked.size() != 256) throw py::value_error("blocked must have 256 entries");
         for (int b = 0; b < 256; ++b) dfa.blocked[size_t(b)] = blocked.data()[b];
     }
-    if (spec.size() > 7 && !spec[7].is_none()) {  // (start inside a string, own class of bytes)
+    if (spec.size() > 7 && !spec[7].is_none()) {  // (in_string, own class of each byte)
+        if (dfa.counted) throw py::value_error("a counted lexeme spells escapes in its walks");
         auto escapes = spec[7].cast<py::tuple>();
         if (escapes.size() != 2) throw py::value_error("escapes are (in_string, own_of_byte)");
-        bool in_string = escapes[0].cast<bool>();
-        auto own_of_byte = escapes[1].cast<Array<int32_t>>();
-        if (own_of_byte.size() != 256) throw py::value_error("own_of_byte must have 256 entries");
-        std::array<int32_t, 256> own{};
-        std::vector<uint8_t> seen(size_t(dfa.n_own), 0);
-        for (int b = 0; b < 256; ++b) {
-            own[size_t(b)] = own_of_byte.data()[b];
-            if (own[size_t(b)] < 0 || own[size_t(b)] >= dfa.n_own)
-                throw py::value_error("own class out of range");
-            seen[size_t(own[size_t(b)])] = 1;
-        }
-        for (unsigned char c : std::string("\\u0123456789abcdefABCDEFbfnrt\"/"))
-            for (int b = 0; b < 256; ++b)
-                if (b != c && own[size_t(b)] == own[size_t(c)])
-                    throw py::value_error("a byte an escape reads must have a class of its own");
-        dfa.escapes = std::make_shared<JsonEscapes>(std::move(dfa.table), dfa.n_own,
-                                                    int32_t(dfa.accepting.size()), dfa.start,
-                                                    in_string, own);
+        dfa.escapes = escapes_from(std::move(dfa.table), dfa.n_own, int32_t(dfa.accepting.size()),
+                                   dfa.start, escapes[0].cast<bool>(),
+                                   own_of_byte_from(escapes[1], dfa.n_own));
         dfa.table.clear();
     }
     return dfa;
@@ -296,20 +368,23 @@ PYBIND11_MODULE(native, m) {
             py::arg("trie"), py::arg("state"), py::arg("starts"), py::arg("end_at_start"))
         .def(
             "admits",
-            [](Lexer& lx, int32_t state, const DFATable& language, int32_t start) {
+            [](Lexer& lx, int32_t state, const DFATable& language, int32_t start,
+               size_t max_pairs) {
                 if (state <= 0 || size_t(state) >= lx.n_states())
                     throw py::value_error("state out of range");
                 if (start < 0 || start >= language.n_states)
                     throw py::value_error("language start out of range");
                 return admits([&lx](int32_t q, uint8_t b) { return lx.next(q, b); }, state,
-                              language, start);
+                              language, start, max_pairs);
             },
             py::arg("state"), py::arg("language"), py::arg("language_start"),
+            py::arg("max_pairs") = 0,
             "Whether every string of `language` keeps the lexer live from `state` (inside the "
             "lexemes in progress, no boundary).")
         .def(
             "lexeme_admits",
-            [](Lexer& lx, int lexeme, int32_t at, const DFATable& language, int32_t start) {
+            [](Lexer& lx, int lexeme, int32_t at, const DFATable& language, int32_t start,
+               size_t max_pairs) {
                 if (lexeme < 0 || size_t(lexeme) >= lx.n_lexemes())
                     throw py::value_error("lexeme out of range");
                 LexemeDFA& dfa = lx.lexeme(lexeme);
@@ -322,9 +397,10 @@ PYBIND11_MODULE(native, m) {
                     [&](int32_t q, uint8_t b) {
                         return dfa.next(q, dfa.own_of_joint[size_t(classes[b])]);
                     },
-                    at, language, start);
+                    at, language, start, max_pairs);
             },
             py::arg("lexeme"), py::arg("at"), py::arg("language"), py::arg("language_start"),
+            py::arg("max_pairs") = 0,
             "Whether every string of `language` keeps one lexeme's DFA live from state `at`.");
 
     py::class_<TokenTexts>(m, "TokenTexts", "Every token's bytes, for scans of token texts.")

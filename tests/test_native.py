@@ -289,3 +289,28 @@ def test_escaped_spellings_same_masks(data, smollm_vocab):
     grammar = cn.Grammar.from_json_schema(schema, spellings="all", any_order=True)
     accepted = assert_same_masks(grammar, smollm_vocab, smollm_vocab.encode(text))
     assert accepted == jsonschema.Draft202012Validator(schema).is_valid(value), text
+
+
+_COUNTED_SCHEMA = {
+    "type": "array",
+    "items": {"type": "string", "pattern": r"^(?:\S+\s+){0,99}\S+$", "maxLength": 30},
+}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_counted_strings_same_masks(data, smollm_vocab):
+    """A length bound beside a large pattern (a `CountedDFA`, built as read in both engines):
+    the same masks at every position, with every kind of escape, on texts at, under and past
+    the bound; acceptance as `jsonschema` says."""
+    import jsonschema
+
+    from constrain.engine.regex.counted import CountedDFA
+
+    grammar = cn.Grammar.from_json_schema(_COUNTED_SCHEMA, spellings="all")
+    assert any(isinstance(lx.dfa, CountedDFA) for lx in grammar.ir.lexemes.values())
+    words = st.text(st.sampled_from('ab\u00e9\U0001f389"\\/'), min_size=1, max_size=4)
+    value = data.draw(st.lists(st.lists(words, min_size=1, max_size=9).map(" ".join), max_size=2))
+    text = _spelled_json(value, data.draw)
+    accepted = assert_same_masks(grammar, smollm_vocab, smollm_vocab.encode(text))
+    assert accepted == jsonschema.Draft202012Validator(_COUNTED_SCHEMA).is_valid(value), text

@@ -27,7 +27,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from constrain.engine.grammar.ir import Lexeme
+from constrain.engine.grammar.ir import Lexeme, LexemeDFA
 from constrain.engine.grammar.keywords import word_continuations
 from constrain.engine.regex import ByteDFA
 from constrain.engine.regex.counted import CountedDFA
@@ -37,11 +37,17 @@ from constrain.engine.vocab import TokenTrie
 from constrain.errors import GrammarError
 from constrain.fuel import burn
 
-__all__ = ["ByteLexer", "Lexer", "Piece"]
+__all__ = ["COUNTED_ADMITS_PAIRS", "ByteLexer", "Lexer", "Piece", "outgrows"]
 
 MAX_LEXER_STATES = 200_000
-_COUNTED_ADMITS_PAIRS = 512  # pairs a slice check may visit when a lexeme counts characters
+COUNTED_ADMITS_PAIRS = 512  # pairs a slice check may visit when a lexeme counts characters
 _NOTHING = ((-1, 0),)  # the start state of an empty set of lexemes: it reads nothing
+
+
+def outgrows(dfa: LexemeDFA, language: ByteDFA) -> bool:
+    """Whether `language` has strings longer than a counted lexeme's bound (so it cannot
+    admit them all): known without a search."""
+    return isinstance(dfa, CountedDFA) and dfa.high is not None and language.longest() is None
 
 
 class Piece(NamedTuple):
@@ -128,7 +134,7 @@ class Lexer:
         self._starts: dict[frozenset[int], int] = {}
         # a counted lexeme's states run as deep as its bound: slice checks are cut short
         counted = any(isinstance(table[i].dfa, CountedDFA) for i in self._with_bytes)
-        self._admits_cap = _COUNTED_ADMITS_PAIRS if counted else None
+        self._admits_cap = COUNTED_ADMITS_PAIRS if counted else None
 
     @property
     def n_states(self) -> int:
@@ -178,8 +184,8 @@ class Lexer:
 
     def lexeme_admits(self, lexeme: int, at: int, language: ByteDFA) -> bool:
         dfa = self._table[lexeme].dfa
-        if isinstance(dfa, CountedDFA) and dfa.high is not None and language.longest() is None:
-            return False  # unboundedly many characters against a bound
+        if outgrows(dfa, language):
+            return False
         return admits(dfa.rows, at, language, self._admits_cap)
 
     def key(self, state: int) -> tuple:

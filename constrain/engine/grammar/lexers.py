@@ -18,7 +18,14 @@ import numpy as np
 from constrain.engine.engines import resolve_engine
 from constrain.engine.grammar.ir import Lexeme
 from constrain.engine.grammar.keywords import word_continuations
-from constrain.engine.grammar.lexer import MAX_LEXER_STATES, ByteLexer, Lexer, Piece
+from constrain.engine.grammar.lexer import (
+    COUNTED_ADMITS_PAIRS,
+    MAX_LEXER_STATES,
+    ByteLexer,
+    Lexer,
+    Piece,
+    outgrows,
+)
 from constrain.engine.regex import ByteDFA
 from constrain.engine.regex.counted import CountedDFA
 from constrain.engine.regex.escapes import EscapedDFA
@@ -33,10 +40,8 @@ _FOUND_PER_UNIT = 16  # tokens and lexeme ends a C++ trie walk finds per unit of
 
 
 def make_lexer(table: Sequence[Lexeme], engine: str | None = None) -> ByteLexer:
-    """The lexer of `table` in `engine` ("native", "python"; None: the default). A table
-    with a `CountedDFA` lexeme runs in Python: the native core does not build those yet."""
-    counted = any(isinstance(lx.dfa, CountedDFA) for lx in table if lx.special is None)
-    if resolve_engine(engine) == "python" or counted:
+    """The lexer of `table` in `engine` ("native", "python"; None: the default)."""
+    if resolve_engine(engine) == "python":
         return Lexer(list(table))
     return NativeLexer(table)
 
@@ -62,6 +67,12 @@ class NativeLexer:
             dfa = lx.dfa
             burn(16)  # the active fuel: the lexeme's tables copied for C++
             own = dfa.byte_classes()
+            if isinstance(dfa, CountedDFA):  # C++ builds the same product from its parts
+                joint = own[representatives].astype(np.int32)
+                owners = sorted(ids[n] for n in lx.keyword_of if n in ids)
+                spec = (None, None, joint, 0, int(lx.priority), owners, None, None)
+                specs.append((*spec, dfa.native_spec()))
+                continue
             first_byte = np.unique(own, return_index=True)[1]
             owners = sorted(ids[n] for n in lx.keyword_of if n in ids)
             blocked = None
@@ -86,6 +97,8 @@ class NativeLexer:
                 )
             )
         self._lexer = native.Lexer(classes, len(representatives), specs, MAX_LEXER_STATES)
+        counted = any(isinstance(lx.dfa, CountedDFA) for lx in self._table if lx.special is None)
+        self._admits_cap = COUNTED_ADMITS_PAIRS if counted else 0  # as `Lexer` cuts them
         self._rows: list[list[int] | None] = []
         self._live: dict[int, tuple[int, ...]] = {}
         self._tag_sets: dict[int, frozenset[int]] = {}
@@ -157,10 +170,14 @@ class NativeLexer:
         return Piece(tokens, [(self.tag_set(tag), nodes) for tag, nodes in ends])
 
     def admits(self, state: int, language: ByteDFA) -> bool:
-        return self._call(self._lexer.admits, state, language.native_table(), language.start)
+        table, start = language.native_table(), language.start
+        return self._call(self._lexer.admits, state, table, start, self._admits_cap)
 
     def lexeme_admits(self, lexeme: int, at: int, language: ByteDFA) -> bool:
-        return self._lexer.lexeme_admits(lexeme, at, language.native_table(), language.start)
+        if outgrows(self._table[lexeme].dfa, language):
+            return False
+        table, start = language.native_table(), language.start
+        return self._call(self._lexer.lexeme_admits, lexeme, at, table, start, self._admits_cap)
 
     def __repr__(self) -> str:
         return f"NativeLexer(lexemes={len(self._table)}, states={self.n_states})"

@@ -37,6 +37,22 @@ def _canonical(walk: ByteDFA | EscapedDFA) -> ByteDFA:
     return walk.base if isinstance(walk, EscapedDFA) else walk
 
 
+def _walk_spec(walk: ByteDFA | EscapedDFA) -> tuple:
+    """A walk for the native core: the canonical table over `walk`'s own classes, its
+    accepting states, the class of each byte, the start, and None or where the escapes start
+    (inside a string or not)."""
+    base = _canonical(walk)
+    own = walk.byte_classes()
+    first_byte = np.unique(own, return_index=True)[1]
+    return (
+        np.ascontiguousarray(base.transitions[:, first_byte], dtype=np.int32),
+        base.accepting.astype(np.uint8),
+        own.astype(np.int32),
+        int(base.start),
+        walk.in_string if isinstance(walk, EscapedDFA) else None,
+    )
+
+
 class CompletionLengths:
     """How many characters each character boundary of a quoted-strings DFA can still read
     before its closing quote: `fits` answers "can a string read n characters so far, at this
@@ -302,6 +318,25 @@ class CountedDFA(ByteWalk):
                     parent[t] = (here, self._bytes[c])
                     queue.append(t)
         raise ValueError(f"state {state} of {self.pattern} cannot accept")
+
+    def native_spec(self) -> tuple:
+        """What the native core builds the same product from (`native/counted.hpp`)."""
+        lengths = self.lengths
+        index = np.full(_canonical(self.strings).n_states, -1, dtype=np.int32)
+        for state, boundary in lengths.index.items():
+            index[state] = boundary
+        return (
+            _walk_spec(self.strings),
+            _walk_spec(self.char),
+            self.low,
+            -1 if self.high is None else self.high,
+            index,
+            np.ascontiguousarray(lengths.lengths, dtype=np.uint8),
+            lengths.first,
+            lengths.period,
+            np.array(self._bytes, dtype=np.uint8),
+            self._quote,
+        )
 
     # -- the product, built as it is read -----------------------------------------------------
 
