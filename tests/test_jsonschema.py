@@ -10,6 +10,7 @@ from typing import Annotated, Literal, Optional  # noqa: F401 (used by eval in a
 
 import annotated_types  # noqa: F401 (used by eval in a test)
 import jsonschema
+import numpy as np
 import pydantic
 import pytest
 from contract import accepts_text, assert_mask_matches_checks
@@ -575,6 +576,51 @@ def test_draft4_integers_are_literals():
     ):
         g = cn.Grammar.from_json_schema({"$schema": dialect, "type": "integer"}, spellings="all")
         assert g.matches("12") and g.matches("12.0") == accepts_fraction, dialect
+
+
+def test_text_checks_after_rollbacks_and_forks_match_a_fresh_sequence(smollm_vocab):
+    """A sequence keeps its check's state only every few tokens and feeds the rest again on a
+    rollback: after rollbacks across those checkpoints onto another timeline, and forks, each
+    check agrees with a fresh sequence fed the same tokens, on the rest of the text and on
+    items that repeat one of either timeline."""
+    schema = {
+        "type": "object",
+        "properties": {"tags": {"type": "array", "items": {"type": "number"}, "uniqueItems": True}},
+        "additionalProperties": {"type": "integer"},
+    }
+    constraint = cn.Constraint(cn.Grammar.from_json_schema(schema), smollm_vocab)
+    first = smollm_vocab.encode('{"tags":[1,2,3,4,12,23,34,5],"a":1,"b":2,"ab":3,"c":4}')
+    other = smollm_vocab.encode('{"tags":[1,2,3,4,6,7,8,9,10,11,13],"x":1}')
+    repeats = [smollm_vocab.encode(t) for t in [",12", ",23]", ",7]", ",1]", '],"a":1', "]"]]
+    shared = next(i for i, (a, b) in enumerate(zip(first, other)) if a != b)
+
+    def same_as_fresh(m, fed: list[int], rest: list[int]) -> None:
+        fresh = constraint.start()
+        fresh.advance_many(fed)
+        assert np.array_equal(m.mask(), fresh.mask()), fed
+        for probe in [rest, *repeats]:
+            a, b = m.fork(), fresh.fork()
+            for token in probe:
+                assert a.check(token) == b.check(token), (fed, probe)
+                if not b.check(token):
+                    break
+                a.advance(token)
+                b.advance(token)
+
+    for back in range(1, 12):  # to every position around the checkpoints, then elsewhere
+        m = constraint.start()
+        m.advance_many(first[: shared + 8])
+        m.rollback(8)
+        same_as_fresh(m, first[:shared], first[shared:])
+        m.advance_many(other[shared : shared + 12])
+        m.rollback(back)
+        fed = other[: shared + 12 - back]
+        same_as_fresh(m, fed, other[len(fed) :])
+        twin = m.fork()
+        twin.advance_many(other[len(fed) : len(fed) + 3])
+        twin.rollback(2)
+        same_as_fresh(twin, other[: len(fed) + 1], other[len(fed) + 1 :])
+        same_as_fresh(m, fed, other[len(fed) :])  # a fork leaves its parent as it was
 
 
 def test_duplicate_keys_and_items_are_refused_token_by_token(smollm_vocab):

@@ -7,10 +7,15 @@ each automaton state: a token the check refuses is refused by `check`, `advance`
 alike, exactly as if the two were one constraint. Only the tokens the check names as risky in
 its current state are scanned by `check` and the masks, all of a mask's at once
 (`TextCheck.refused`, native for JSON key checks); `advance` feeds every token.
+
+A sequence keeps the check's state every `CHECKPOINT_EVERY` tokens and the token ids, not a
+state per token (a state is a few hundred bytes, most of a sequence's memory): `rollback`
+feeds the few tokens since the checkpoint before it again.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Hashable
 
 import numpy as np
@@ -23,27 +28,26 @@ from constrain.engine.matcher import TokenMatcher
 from constrain.engine.vocab import Vocabulary
 from constrain.errors import InvalidTokenError
 
-__all__ = ["TextChecked"]
+__all__ = ["CHECKPOINT_EVERY", "TextChecked"]
+
+CHECKPOINT_EVERY = 8  # tokens between the check states a sequence keeps
 
 
 class TextChecked(MatcherWrapper):
     """`inner` with `text_check` applied to its text (see the module docstring)."""
 
-    __slots__ = ("text_check", "vocab", "masks", "_texts")
+    __slots__ = ("text_check", "vocab", "masks", "_here", "_checkpoints", "_tokens")
 
     def __init__(
-        self,
-        inner: TokenMatcher,
-        text_check: TextCheck,
-        vocab: Vocabulary,
-        masks: BoundedCache,
-        texts: list | None = None,
+        self, inner: TokenMatcher, text_check: TextCheck, vocab: Vocabulary, masks: BoundedCache
     ):
         super().__init__(inner)
         self.text_check = text_check
         self.vocab = vocab
         self.masks = masks  # narrowed bitmasks by `mask_key`: the constraint's, shared
-        self._texts = texts if texts is not None else [text_check.start]
+        self._here = text_check.start  # the check's state after every token so far
+        self._checkpoints = [text_check.start]  # after 0, CHECKPOINT_EVERY, 2 x ... tokens
+        self._tokens = array("q")  # every token so far
 
     # -- queries ----------------------------------------------------------------------------------
 
@@ -52,7 +56,7 @@ class TextChecked(MatcherWrapper):
 
     def bitmask(self) -> np.ndarray:
         packed = self.inner.bitmask()
-        here = self._texts[-1]
+        here = self._here
         risky = self.text_check.risky(here)
         if risky is None or self.inner.finished():
             return packed
@@ -73,7 +77,7 @@ class TextChecked(MatcherWrapper):
     def mask_key(self) -> Hashable | None:
         """The inner key while the check cannot refuse anything; with risky tokens, the inner
         key and what the check's refusals depend on (None when that is this sequence alone)."""
-        here = self._texts[-1]
+        here = self._here
         risky = self.text_check.risky(here)
         inner = self.inner.mask_key()
         if risky is None or not len(self.text_check.select(risky, self.vocab)):
@@ -85,30 +89,46 @@ class TextChecked(MatcherWrapper):
 
     def advance(self, token: int) -> None:
         self.inner.advance(token)
-        data = self.vocab.token_bytes(token)
-        text = self.text_check.feed(self._texts[-1], data) if data else self._texts[-1]
+        text = self._fed(self._here, token)
         if text is None:
             self.inner.rollback(1)
             raise InvalidTokenError(
                 f"token {token} after {self.n_tokens} tokens: it completes a duplicate key or a "
                 f"repeated unique item"
             )
-        self._texts.append(text)
+        self._here = text
+        self._tokens.append(token)
+        if len(self._tokens) % CHECKPOINT_EVERY == 0:
+            self._checkpoints.append(text)
 
     def rollback(self, n: int = 1) -> None:
         self.inner.rollback(n)
-        if n:
-            del self._texts[-n:]
+        if not n:
+            return
+        del self._tokens[-n:]
+        kept = len(self._tokens) // CHECKPOINT_EVERY
+        del self._checkpoints[kept + 1 :]
+        here = self._checkpoints[kept]
+        for token in self._tokens[kept * CHECKPOINT_EVERY :]:  # fed before: never refused
+            here = self._fed(here, token)
+        self._here = here
 
     def fork(self) -> TextChecked:
-        inner = self.inner.fork()
-        return TextChecked(inner, self.text_check, self.vocab, self.masks, list(self._texts))
+        twin = TextChecked(self.inner.fork(), self.text_check, self.vocab, self.masks)
+        twin._here, twin._checkpoints = self._here, list(self._checkpoints)
+        twin._tokens = array("q", self._tokens)
+        return twin
+
+    def _fed(self, state, token: int):
+        """The check's state after `token` (None: refused)."""
+        data = self.vocab.token_bytes(token)
+        return self.text_check.feed(state, data) if data else state
 
     # -- the check ---------------------------------------------------------------------------------
 
     def _allows(self, token: int) -> bool:
         """The check lets `token` through (only tokens it names as risky are scanned)."""
-        here = self._texts[-1]
+        here = self._here
         risky = self.text_check.risky(here)
         data = self.vocab.token_bytes(token)
         if risky is None or not data or not self.text_check.selects(risky, data):
