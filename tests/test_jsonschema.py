@@ -16,6 +16,7 @@ import pytest
 from contract import accepts_text, assert_mask_matches_checks
 
 import constrain as cn
+from constrain.constraints.text_check import CHECKPOINT_EVERY
 from constrain.errors import GrammarError, UnsupportedSchemaError
 
 
@@ -607,14 +608,16 @@ def test_text_checks_after_rollbacks_and_forks_match_a_fresh_sequence(smollm_voc
                 a.advance(token)
                 b.advance(token)
 
-    for back in range(1, 12):  # to every position around the checkpoints, then elsewhere
+    every = CHECKPOINT_EVERY
+    assert shared < every < len(other) - shared  # the timelines part before a checkpoint
+    for back in range(1, every):  # back to each position around the checkpoint
         m = constraint.start()
-        m.advance_many(first[: shared + 8])
-        m.rollback(8)
+        m.advance_many(first[: shared + every])
+        m.rollback(every)
         same_as_fresh(m, first[:shared], first[shared:])
-        m.advance_many(other[shared : shared + 12])
+        m.advance_many(other[shared : shared + every])
         m.rollback(back)
-        fed = other[: shared + 12 - back]
+        fed = other[: shared + every - back]
         same_as_fresh(m, fed, other[len(fed) :])
         twin = m.fork()
         twin.advance_many(other[len(fed) : len(fed) + 3])

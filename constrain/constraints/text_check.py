@@ -30,7 +30,7 @@ from constrain.errors import InvalidTokenError
 
 __all__ = ["CHECKPOINT_EVERY", "TextChecked"]
 
-CHECKPOINT_EVERY = 8  # tokens between the check states a sequence keeps
+CHECKPOINT_EVERY = 16  # tokens between the check states a sequence keeps
 
 
 class TextChecked(MatcherWrapper):
