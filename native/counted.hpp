@@ -60,6 +60,7 @@ public:
     int32_t next(int32_t state, int own);  // 0: dead
     bool accepts(int32_t state) const;
     size_t n_states() const { return keys_.size(); }
+    int n_classes() const { return int(byte_of_class_.size()); }
     int32_t start() const { return start_; }
 
 private:

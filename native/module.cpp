@@ -127,7 +127,7 @@ LexemeDFA lexeme_from(const py::tuple& spec) {
     LexemeDFA dfa;
     if (spec.size() > 8 && !spec[8].is_none()) {
         dfa.counted = counted_from(spec[8].cast<py::tuple>());
-        dfa.n_own = int(spec[8].cast<py::tuple>()[8].cast<Array<uint8_t>>().size());
+        dfa.n_own = dfa.counted->n_classes();
         dfa.start = dfa.counted->start();
     } else {
         table_from(spec[0], spec[1], dfa.table, dfa.accepting, dfa.n_own);

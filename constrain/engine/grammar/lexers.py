@@ -27,8 +27,7 @@ from constrain.engine.grammar.lexer import (
     outgrows,
 )
 from constrain.engine.regex import ByteDFA
-from constrain.engine.regex.counted import CountedDFA
-from constrain.engine.regex.escapes import EscapedDFA
+from constrain.engine.regex.counted import CountedDFA, walk_spec
 from constrain.engine.regex.products import joint_byte_classes
 from constrain.engine.vocab import TokenTrie
 from constrain.errors import GrammarError
@@ -66,35 +65,20 @@ class NativeLexer:
                 continue
             dfa = lx.dfa
             burn(16)  # the active fuel: the lexeme's tables copied for C++
-            own = dfa.byte_classes()
+            joint = dfa.byte_classes()[representatives].astype(np.int32)
+            owners = sorted(ids[n] for n in lx.keyword_of if n in ids)
             if isinstance(dfa, CountedDFA):  # C++ builds the same product from its parts
-                joint = own[representatives].astype(np.int32)
-                owners = sorted(ids[n] for n in lx.keyword_of if n in ids)
                 spec = (None, None, joint, 0, int(lx.priority), owners, None, None)
                 specs.append((*spec, dfa.native_spec()))
                 continue
-            first_byte = np.unique(own, return_index=True)[1]
-            owners = sorted(ids[n] for n in lx.keyword_of if n in ids)
             blocked = None
             if owners:
                 words = [self._table[i].dfa for i in owners]
                 blocked = word_continuations(dfa, words).astype(np.uint8)
-            escapes = None
-            dense = dfa
-            if isinstance(dfa, EscapedDFA):  # C++ builds the escapes from the base's table
-                dense = dfa.base
-                escapes = (dfa.in_string, own.astype(np.int32))
+            table, accepting, own, start, in_string = walk_spec(dfa)
+            escapes = None if in_string is None else (in_string, own)
             specs.append(
-                (
-                    np.ascontiguousarray(dense.transitions[:, first_byte], dtype=np.int32),
-                    dense.accepting.astype(np.uint8),
-                    own[representatives].astype(np.int32),
-                    int(dfa.start),
-                    int(lx.priority),
-                    owners,
-                    blocked,
-                    escapes,
-                )
+                (table, accepting, joint, start, int(lx.priority), owners, blocked, escapes)
             )
         self._lexer = native.Lexer(classes, len(representatives), specs, MAX_LEXER_STATES)
         counted = any(isinstance(lx.dfa, CountedDFA) for lx in self._table if lx.special is None)

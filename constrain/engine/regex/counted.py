@@ -26,7 +26,7 @@ from constrain.engine.regex.products import joint_byte_classes
 from constrain.errors import RegexError
 from constrain.fuel import burn
 
-__all__ = ["CompletionLengths", "CountedDFA"]
+__all__ = ["CompletionLengths", "CountedDFA", "walk_spec"]
 
 _QUOTE = 0x22
 _OUTSIDE = -1  # the character state of a string not yet opened, or closed
@@ -37,10 +37,10 @@ def _canonical(walk: ByteDFA | EscapedDFA) -> ByteDFA:
     return walk.base if isinstance(walk, EscapedDFA) else walk
 
 
-def _walk_spec(walk: ByteDFA | EscapedDFA) -> tuple:
-    """A walk for the native core: the canonical table over `walk`'s own classes, its
-    accepting states, the class of each byte, the start, and None or where the escapes start
-    (inside a string or not)."""
+def walk_spec(walk: ByteDFA | EscapedDFA) -> tuple:
+    """A DFA's tables for the native core: the canonical table over `walk`'s own classes, its
+    accepting states, the class of each byte, the start, and None or whether the escapes
+    start inside a string (an `EscapedDFA`: C++ builds them from the canonical table)."""
     base = _canonical(walk)
     own = walk.byte_classes()
     first_byte = np.unique(own, return_index=True)[1]
@@ -70,6 +70,7 @@ class CompletionLengths:
         table, char_table = strings.transitions, char.transitions
         inside = int(table[strings.start, _QUOTE]) if not strings.is_empty() else DEAD
         self.index: dict[int, int] = {}
+        self._of: dict[int, np.ndarray] = {}  # per boundary: the lengths it can read
         if inside == DEAD:
             self.first = self.period = 0
             self.lengths = np.zeros((0, 0), dtype=bool)
@@ -134,7 +135,6 @@ class CompletionLengths:
         else:  # every length up to `high` is known: nothing beyond is asked
             self.first, self.period = len(rows), 0
         self.lengths = np.stack(rows)  # (lengths, boundaries)
-        self._of: dict[int, np.ndarray] = {}
 
     def next_length(self, boundary: int, at_least: int) -> int | None:
         """The fewest characters, at least `at_least`, that `boundary` can read and close."""
@@ -326,8 +326,8 @@ class CountedDFA(ByteWalk):
         for state, boundary in lengths.index.items():
             index[state] = boundary
         return (
-            _walk_spec(self.strings),
-            _walk_spec(self.char),
+            walk_spec(self.strings),
+            walk_spec(self.char),
             self.low,
             -1 if self.high is None else self.high,
             index,
