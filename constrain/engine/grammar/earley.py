@@ -60,8 +60,8 @@ class EarleyParser:
         lhs_of: list[int] = []
         first_dotted: dict[int, list[int]] = {i: [] for i in range(len(nts))}
         code = {**{name: ~i for name, i in lexeme_ids.items()}, **nt_id}  # a symbol's number
-        burn(len(rules) + sum(len(rhs) for _, rhs in rules))  # a unit per dotted rule
         for lhs, rhs in rules:
+            burn(1 + len(rhs))  # the active fuel: a unit per dotted rule
             a = nt_id[lhs]
             first_dotted[a].append(len(next_sym))
             next_sym.extend([code[sym] for sym in rhs])

@@ -144,9 +144,10 @@ class GrammarIR:
         nonterminals = self.nonterminals()
         if self.start not in nonterminals:
             raise GrammarError(f"the start rule {self.start!r} is not defined")
-        # the active fuel: a unit per rule and symbol, for the passes here
-        burn(len(self.rules) + sum(len(rule.rhs) for rule in self.rules))
-        used = {sym for rule in self.rules for sym in rule.rhs}
+        used = set()
+        for rule in self.rules:  # the active fuel: a unit per rule and symbol, as they go
+            burn(1 + len(rule.rhs))  # (so a long pass still gives way, see `Fuel.pause`)
+            used.update(rule.rhs)
         unknown = used - nonterminals - self.lexemes.keys()
         if unknown:
             for rule in self.rules:
@@ -204,11 +205,11 @@ def derivable(rules: Iterable[tuple[str, Sequence[str]]], given: Iterable[str]) 
     Linear in the size of the grammar: each rule counts its symbols not derived yet."""
     done = set(given)
     rules = list(rules)
-    burn(1 + len(rules))  # the active fuel: a unit per rule (and per symbol derived, below)
     missing = []
     users: dict[str, list[int]] = {}
     ready = []
     for i, (lhs, rhs) in enumerate(rules):
+        burn(1)  # the active fuel: a unit per rule (and per symbol derived, below)
         count = 0
         for sym in rhs:
             if sym not in done:
@@ -218,8 +219,8 @@ def derivable(rules: Iterable[tuple[str, Sequence[str]]], given: Iterable[str]) 
         if not count and lhs not in done:
             done.add(lhs)
             ready.append(lhs)
-    burn(len(users))
     while ready:
+        burn(1)
         for i in users.pop(ready.pop(), ()):
             missing[i] -= 1
             lhs = rules[i][0]
