@@ -117,13 +117,12 @@ def admits(table, state: int, language: ByteDFA, max_pairs: int | None = None) -
     Past `max_pairs` pairs the answer is False, "not shown": the slice's tokens are then walked
     one by one, which is exact, only slower."""
     rows = table if callable(table) else table.__getitem__
-    lang_table = language.transitions
     width = np.int64(2**32)
     frontier = np.array([language.start * width + state], dtype=np.int64)
     seen = set(frontier.tolist())
     while frontier.size:
         r, q = np.divmod(frontier, width)
-        lang_next, next_state = lang_table[r], rows(q)
+        lang_next, next_state = language.rows(r), rows(q)
         read = lang_next != 0
         if (read & (next_state == 0)).any():
             return False

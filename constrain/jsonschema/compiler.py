@@ -479,7 +479,7 @@ def _chunk_dfa(low: int, high: int, end: str) -> ByteDFA:
         return body
     whole = quoted(body)  # then skip the opening quote
     table = whole.transitions[1:].astype("int64") - 1
-    start = int(whole.transitions[whole.start, ord('"')]) - 1
+    start = whole.step(whole.start, ord('"')) - 1
     return dfa_from_table(table, whole.accepting[1:], start, f'{body.pattern}"')
 
 

@@ -297,7 +297,7 @@ def finite_within(dfa: ByteDFA, names: frozenset[str]) -> bool:
 def dfa_strings(dfa: ByteDFA, limit: int) -> list[bytes] | None:
     """The strings of `dfa` when there are at most `limit` of them, else None: a depth-first
     enumeration that stops at a cycle, at the string past the limit or at too many prefixes."""
-    table, accepting = dfa.transitions, dfa.accepting
+    accepting = dfa.accepting
     found: list[bytes] = []
     stack = [(dfa.start, b"", frozenset([dfa.start]))]
     while stack:
@@ -307,7 +307,7 @@ def dfa_strings(dfa: ByteDFA, limit: int) -> list[bytes] | None:
             found.append(text)
             if len(found) > limit:
                 return None
-        row = table[state]
+        row = dfa.row(state)
         for byte in np.flatnonzero(row).tolist():
             nxt = int(row[byte])
             if nxt in path:
@@ -328,8 +328,9 @@ def plain_keys(names) -> bool:
 def strings_except_plain(excluded: frozenset[str]) -> ByteDFA:
     """Every string but the `excluded` ones (plain keys: see `plain_keys`), built straight
     from their trie instead of a product construction."""
-    inside = int(STRINGS.transitions[STRINGS.start, ord('"')])
-    end = int(STRINGS.transitions[inside, ord('"')])
+    quote = ord('"')
+    inside = STRINGS.step(STRINGS.start, quote)
+    end = STRINGS.step(inside, quote)
     n = STRINGS.n_states
     children: list[dict[int, int]] = [{}]
     terminal = [False]
@@ -343,17 +344,25 @@ def strings_except_plain(excluded: frozenset[str]) -> ByteDFA:
                 terminal.append(False)
             node = nxt
         terminal[node] = True
-    trans = np.zeros((n + len(children), 256), dtype=np.int32)
-    trans[:n] = STRINGS.transitions
-    trans[n:] = STRINGS.transitions[inside]
-    trans[STRINGS.start, ord('"')] = n
+    # STRINGS' byte classes, with each byte the keys read (and the quote) in its own
+    used = sorted({b for edges in children for b in edges} | {quote})
+    label = STRINGS.classes.astype(np.int64) * 257 + 256
+    label[used] = label[used] - 256 + used
+    _, representatives, classes = np.unique(label, return_index=True, return_inverse=True)
+    column = classes.ravel().tolist()
+    base = STRINGS.columns(representatives)
+    trans = np.zeros((n + len(children), len(representatives)), dtype=np.int32)
+    trans[:n] = base
+    trans[n:] = base[inside]
+    trans[STRINGS.start, column[quote]] = n
     for node, edges in enumerate(children):
         for b, child in edges.items():
-            trans[n + node, b] = n + child
-        trans[n + node, ord('"')] = 0 if terminal[node] else end
+            trans[n + node, column[b]] = n + child
+        trans[n + node, column[quote]] = 0 if terminal[node] else end
     accepting = np.zeros(len(trans), dtype=bool)
     accepting[:n] = STRINGS.accepting
-    return ByteDFA(trans, accepting, STRINGS.start, f"string except {sorted(excluded)[:5]}")
+    pattern = f"string except {sorted(excluded)[:5]}"
+    return ByteDFA.from_classes(trans, classes.ravel(), accepting, STRINGS.start, pattern)
 
 
 # -- the universal and empty shapes --------------------------------------------------------------

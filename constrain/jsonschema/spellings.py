@@ -113,7 +113,7 @@ def canonical_numbers(dfa: ByteDFA) -> ByteDFA:
     model cannot run away on digits). Numbers past the bounds stay when the schema admits only
     finitely many of them (an `enum`, an integer range) or none within them (``minimum:
     1e30``): the schema itself bounds them then."""
-    row = dfa.transitions[dfa.start]
+    row = dfa.row(dfa.start)
     if dfa.is_empty() or not row[[_MINUS, *range(_ZERO, _ZERO + 10)]].any():
         return dfa  # no number
     canonical, bounded, canonical_values, bounded_values = _universes()

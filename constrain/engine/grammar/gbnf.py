@@ -1060,7 +1060,7 @@ def _ends(x, y, literal: bytes | None) -> frozenset[int]:
         sx, sy = stack.pop()
         if x.accepting[sx]:
             found.add(sy)
-        rx, ry = x.transitions[sx], y.transitions[sy]
+        rx, ry = x.row(sx), y.row(sy)
         both = (rx != 0) & (ry != 0)
         for pair in set(zip(rx[both].tolist(), ry[both].tolist())):
             if pair not in seen:
@@ -1128,7 +1128,7 @@ def _overrunning(ir: GrammarIR, translator: _Translator) -> set[str]:
     lexemes = {
         n: lx.dfa for n, lx in ir.lexemes.items() if lx.special is None and not lx.dfa.is_empty()
     }
-    first_rows = {n: dfa.transitions[dfa.start] != 0 for n, dfa in lexemes.items()}
+    first_rows = {n: dfa.row(dfa.start) != 0 for n, dfa in lexemes.items()}
     after = {
         x: bits
         for x, bits in _bytes_after(ir, {n: _bits(r) for n, r in first_rows.items()}).items()
@@ -1169,7 +1169,7 @@ def _overrunning(ir: GrammarIR, translator: _Translator) -> set[str]:
             if key not in ends:
                 ends[key] = _ends(lexemes[x], lexemes[y], literals.get(x))
             states = sorted(ends[key])
-            if states and lexemes[y].transitions[states][:, bytes_after].any():
+            if states and lexemes[y].rows(states)[:, bytes_after].any():
                 found.add(units[y])
     return found
 

@@ -59,10 +59,12 @@ def word_continuations(keyword: ByteDFA, words: Sequence[ByteDFA]) -> np.ndarray
                 continue
             seen.add(pair)
             k, w = pair
+            word_row = word.row(w)
             if keyword.accepting[k]:
-                out |= word.transitions[w] != 0
-            for b in np.flatnonzero(keyword.transitions[k]).tolist():
-                w2 = int(word.transitions[w, b])
+                out |= word_row != 0
+            keyword_row = keyword.row(k)
+            for b in np.flatnonzero(keyword_row).tolist():
+                w2 = int(word_row[b])
                 if w2:
-                    stack.append((int(keyword.transitions[k, b]), w2))
+                    stack.append((int(keyword_row[b]), w2))
     return out

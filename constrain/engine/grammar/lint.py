@@ -102,7 +102,7 @@ def _check_occurrence(ir: GrammarIR, name: str, after: set[str]) -> None:
         return
     # per state where the lexeme could end: the bytes that keep it going (for a keyword, also
     # those that would continue a word of its regexes: it cannot end before them either)
-    goes_on = lexeme.dfa.transitions[lexeme.dfa.accepting] != 0
+    goes_on = lexeme.dfa.rows(np.flatnonzero(lexeme.dfa.accepting)) != 0
     words = [ir.lexemes[n].dfa for n in lexeme.keyword_of if n in ir.lexemes]
     if words:
         goes_on |= word_continuations(lexeme.dfa, words)
@@ -117,4 +117,4 @@ def _check_occurrence(ir: GrammarIR, name: str, after: set[str]) -> None:
 
 
 def _first_bytes(dfa) -> np.ndarray:
-    return np.flatnonzero(dfa.transitions[dfa.start])
+    return np.flatnonzero(dfa.row(dfa.start))

@@ -24,8 +24,9 @@ def _distance_to_accept(dfa: ByteDFA) -> np.ndarray:
     n = dfa.n_states
     dist = np.full(n, np.iinfo(np.int64).max // 2, dtype=np.int64)
     dist[dfa.accepting] = 0
+    table = dfa.table  # per byte class: the same minimum
     for _ in range(n):
-        best = dist[dfa.transitions].min(axis=1) + 1
+        best = dist[table].min(axis=1) + 1
         best[0] = dist[0]
         new = np.minimum(dist, best)
         if (new == dist).all():
@@ -44,7 +45,7 @@ def random_lexeme(dfa: LexemeDFA, rng: np.random.Generator, soft_max: int = 12) 
     dist = _distance_to_accept(dfa)
     state, out = dfa.start, bytearray()
     while True:
-        row = dfa.transitions[state]
+        row = dfa.row(state)
         live = np.flatnonzero(row)
         if dfa.accepting[state] and (not len(live) or len(out) >= soft_max or rng.random() < 0.25):
             return bytes(out)

@@ -16,6 +16,7 @@ from constrain.fuel import burn
 
 DEAD = 0
 _FORCED_CAP = 4096
+_SMALL_TABLE = 8192  # cells: below this, byte classes are found in plain Python
 
 
 class ByteWalk:
@@ -50,49 +51,87 @@ class ByteDFA(ByteWalk):
     """A DFA over bytes, minimal unless built by `every_escape`. State 0 is dead; every other
     state is reachable and live.
 
+    Stored over its byte classes (bytes that lead every state alike): a DFA reading a few
+    distinct bytes holds a few columns, not 256 (a property name's DFA is 30x smaller).
+
     Attributes:
-        transitions: int32 array (n_states, 256) of next states.
+        table: int32 array (n_states, n_classes) of next states, per byte class.
+        classes: uint8 array (256,): the class of each byte (class c's first byte is the
+            c-th distinct one, so classes number in byte order).
         accepting: bool array (n_states,).
         start: the start state (1, or 0 when the language is empty).
         pattern: the source, for messages.
     """
 
     __slots__ = (
-        "transitions",
+        "table",
+        "classes",
         "accepting",
         "start",
         "pattern",
+        "_class_of",
         "_rows",
-        "_classes",
         "_first",
-        "_class_rows",
-        "_representatives",
         "_native",
     )
 
     def __init__(self, transitions: np.ndarray, accepting: np.ndarray, start: int, pattern: str):
-        self.transitions = transitions
-        self.accepting = accepting
+        """From a dense table (n_states, 256) of next states (see `from_classes`)."""
+        burn(NUMPY_STEPS // STEPS_PER_UNIT + len(transitions) // 4)  # 256 x n cells
+        classes, representatives = _byte_classes(transitions)
+        self._set(transitions[:, representatives], classes, accepting, start, pattern)
+
+    @classmethod
+    def from_classes(
+        cls, table: np.ndarray, classes: np.ndarray, accepting: np.ndarray, start: int, pattern: str
+    ) -> ByteDFA:
+        """From a table per byte class (n_states, k) and the class of each byte (256 ints in
+        0..k-1); classes that lead every state alike are merged."""
+        burn(NUMPY_STEPS // STEPS_PER_UNIT + len(table) * table.shape[1] // 1024)
+        merged, representatives = _byte_classes(table)  # over the k classes
+        # renumbered by each class's first byte; columns no byte reads are dropped
+        number: dict[int, int] = {}
+        kept: list[int] = []
+        per_byte = []
+        for m in merged[np.asarray(classes)].tolist():
+            found = number.get(m)
+            if found is None:
+                found = number[m] = len(kept)
+                kept.append(int(representatives[m]))
+            per_byte.append(found)
+        dfa = cls.__new__(cls)
+        dfa._set(table[:, kept], per_byte, accepting, start, pattern)
+        return dfa
+
+    def _set(self, table, classes, accepting, start, pattern) -> None:
+        self.table = np.ascontiguousarray(table, dtype=np.int32)
+        self.classes = np.asarray(classes, dtype=np.uint8)  # at most 256 classes
+        self.accepting = np.asarray(accepting, dtype=bool)
         self.start = start
         self.pattern = pattern
-        self._rows: list[list[int] | None] = [None] * len(transitions)
-        self._classes: np.ndarray | None = None
-        self._class_rows: list[list[tuple[int, int]] | None] = [None] * len(transitions)
-        self._representatives: np.ndarray | None = None
+        self._class_of: list[int] | None = None  # `classes` as a list, once a walk steps
+        self._rows: list[list[int] | None] = [None] * len(self.table)
         self._first: np.ndarray | None = None
         self._native = None
-        transitions.flags.writeable = False
-        accepting.flags.writeable = False
+        self.table.flags.writeable = False
+        self.classes.flags.writeable = False
+        self.accepting.flags.writeable = False
+
+    @property
+    def transitions(self) -> np.ndarray:
+        """The dense table (n_states, 256) of next states, built on each call (for
+        constructions that work byte by byte; `row` and `columns` read less)."""
+        return self.table[:, self.classes]
 
     @property
     def n_states(self) -> int:
-        return len(self.transitions)
+        return len(self.table)
 
     def is_empty(self) -> bool:
         return self.start == DEAD
 
     def native_table(self):
-        """The transitions copied into the native core (once: kept with the DFA, so a
+        """The dense transitions copied into the native core (once: kept with the DFA, so a
         vocabulary's slice languages are copied once, not once per grammar)."""
         if self._native is None:
             from constrain.engine.native import DFATable
@@ -104,40 +143,33 @@ class ByteDFA(ByteWalk):
         """Whether `state` is accepting."""
         return bool(self.accepting[state])
 
+    def row(self, state: int) -> np.ndarray:
+        """The next state of `state` at each of the 256 bytes."""
+        return self.table[state][self.classes]
+
     def rows(self, states: np.ndarray) -> np.ndarray:
-        """The transitions of `states`, (len, 256)."""
-        return self.transitions[states]
+        """The next states of `states` at each of the 256 bytes, (len, 256)."""
+        return self.table[states][:, self.classes]
+
+    def columns(self, byte_values: np.ndarray) -> np.ndarray:
+        """The next states of every state at each of `byte_values`, (n_states, len)."""
+        return self.table[:, self.classes[byte_values]]
 
     def byte_classes(self) -> np.ndarray:
         """The class of each byte (256 ints): bytes in one class lead every state alike."""
-        if self._classes is None:
-            burn(NUMPY_STEPS // STEPS_PER_UNIT + len(self.transitions) // 4)  # 256 x n cells
-            columns = self.transitions.T.astype(np.int64)
-            signature = columns @ weights(len(self.transitions))  # wraps: a 64-bit hash
-            _, first, inverse = np.unique(signature, return_index=True, return_inverse=True)
-            inverse = inverse.ravel()
-            if not np.array_equal(columns[first][inverse], columns):  # a collision: compare
-                _, inverse = np.unique(columns, axis=0, return_inverse=True)
-            self._classes = inverse.ravel().astype(np.int64)
-        return self._classes
+        return self.classes
 
     def live_classes(self, state: int) -> list[tuple[int, int]]:
         """The byte classes `state` can read, with the state each leads to: ``[(class, next)]``
-        (cached; a sparse row, so products step only through what is alive)."""
-        found = self._class_rows[state]
-        if found is None:
-            if self._representatives is None:
-                self._representatives = np.unique(self.byte_classes(), return_index=True)[1]
-            row = self.transitions[state][self._representatives].tolist()
-            found = self._class_rows[state] = [(c, t) for c, t in enumerate(row) if t]
-        return found
+        (a sparse row, so products step only through what is alive)."""
+        return [(c, t) for c, t in enumerate(self._row(state)) if t]
 
     def longest(self) -> int | None:
         """The length in bytes of the longest string of the language (None: unbounded, or
         empty language). Every state is live, so a cycle means infinitely many strings."""
         if self.is_empty():
             return None
-        rows = [sorted(set(row) - {DEAD}) for row in self.transitions.tolist()]
+        rows = [sorted(set(row) - {DEAD}) for row in self.table.tolist()]
         indegree = [0] * len(rows)
         for row in rows:
             for t in row:
@@ -162,32 +194,36 @@ class ByteDFA(ByteWalk):
         """A shortest string leading from live `state` to acceptance (ties broken towards
         letters and digits, then printable ASCII)."""
         if self._first is None:
-            self._first = first_bytes_to_accept(self.transitions, self.accepting)
+            self._first = first_bytes_to_accept(self)
         out = bytearray()
         while self._first[state] >= 0:
             out.append(int(self._first[state]))
-            state = self._row(state)[out[-1]]
+            state = self.step(state, out[-1])
         return bytes(out)
 
     def _row(self, state: int) -> list[int]:
+        """`state`'s next states per byte class, as a list (cached: a walk steps in Python)."""
         row = self._rows[state]
         if row is None:
-            row = self._rows[state] = self.transitions[state].tolist()
+            row = self._rows[state] = self.table[state].tolist()
         return row
 
     def step(self, state: int, byte: int) -> int:
-        return self._row(state)[byte]
+        if self._class_of is None:
+            self._class_of = self.classes.tolist()
+        return self._row(state)[self._class_of[byte]]
 
     def forced_bytes(self, state: int) -> bytes:
         """Bytes forced next: taken while the state is not accepting and one byte leads on."""
         out = bytearray()
         seen = {state}
         while state != DEAD and not self.accepting[state] and len(out) < _FORCED_CAP:
-            nxt = np.flatnonzero(self.transitions[state])
+            row = self.row(state)
+            nxt = np.flatnonzero(row)
             if len(nxt) != 1:
                 break
             out.append(int(nxt[0]))
-            state = int(self.transitions[state, nxt[0]])
+            state = int(row[nxt[0]])
             if state in seen:
                 break
             seen.add(state)
@@ -212,13 +248,13 @@ def _byte_preference() -> np.ndarray:
 BYTE_PREFERENCE = _byte_preference()
 
 
-def first_bytes_to_accept(transitions: np.ndarray, accepting: np.ndarray) -> np.ndarray:
+def first_bytes_to_accept(dfa: ByteDFA) -> np.ndarray:
     """Per state of a DFA (dead state 0): the first byte of a shortest string to acceptance
     (-1 at accepting states and where acceptance is unreachable)."""
-    n = len(transitions)
+    n = dfa.n_states
     big = np.iinfo(np.int64).max // 2
-    dist = _distances_to_accept(transitions, accepting, big)
-    ordered = transitions[:, BYTE_PREFERENCE]
+    dist = _distances_to_accept(dfa.table, dfa.accepting, big)
+    ordered = dfa.columns(BYTE_PREFERENCE)
     first = np.full(n, -1, dtype=np.int64)
     todo = (dist > 0) & (dist < big)
     if todo.any():
@@ -227,14 +263,13 @@ def first_bytes_to_accept(transitions: np.ndarray, accepting: np.ndarray) -> np.
     return first
 
 
-def _distances_to_accept(transitions: np.ndarray, accepting: np.ndarray, big: int) -> np.ndarray:
-    """Bytes from each state to acceptance (`big` where it is out of reach), by one
-    breadth-first search backwards from the accepting states over the distinct edges (bytes
-    that lead every state alike are one edge), so the work is linear in the DFA."""
-    n = len(transitions)
-    columns = transitions[:, _class_representatives(transitions)]
-    targets = columns.ravel().astype(np.int64)
-    sources = np.repeat(np.arange(n, dtype=np.int64), columns.shape[1])
+def _distances_to_accept(table: np.ndarray, accepting: np.ndarray, big: int) -> np.ndarray:
+    """Steps from each state to acceptance (`big` where it is out of reach), by one
+    breadth-first search backwards from the accepting states over the distinct edges (`table`
+    has a column per byte class), so the work is linear in the DFA."""
+    n = len(table)
+    targets = table.ravel().astype(np.int64)
+    sources = np.repeat(np.arange(n, dtype=np.int64), table.shape[1])
     keep = (targets != DEAD) & (sources != DEAD)
     edges = np.unique(targets[keep] * n + sources[keep])  # sorted by target
     into = np.searchsorted(edges // n, np.arange(n + 1)).tolist()
@@ -259,15 +294,27 @@ def _distances_to_accept(transitions: np.ndarray, accepting: np.ndarray, big: in
     return out
 
 
-def _class_representatives(transitions: np.ndarray) -> np.ndarray:
-    """One byte per class of bytes that lead every state alike (all 256 if hashing the
-    columns collides)."""
-    columns = transitions.T.astype(np.int64)
-    signature = columns @ weights(len(transitions))  # wraps: a 64-bit hash
+def _byte_classes(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The columns of `table` (n, m) that are alike, merged: (the class of each column, in
+    0..k-1 numbered by first occurrence; the first column of each class)."""
+    if table.size <= _SMALL_TABLE:  # plain Python costs less than numpy's passes
+        ids: dict[tuple, int] = {}
+        column_class = [ids.setdefault(tuple(column), len(ids)) for column in table.T.tolist()]
+        first = [0] * len(ids)
+        for j in range(len(column_class) - 1, -1, -1):
+            first[column_class[j]] = j
+        return np.array(column_class, dtype=np.int64), np.array(first, dtype=np.int64)
+    columns = table.T.astype(np.int64)
+    signature = columns @ weights(len(table))  # wraps: a 64-bit hash
     _, first, inverse = np.unique(signature, return_index=True, return_inverse=True)
-    if not np.array_equal(columns[first][inverse.ravel()], columns):
-        return np.arange(256)
-    return first
+    inverse = inverse.ravel()
+    if not np.array_equal(columns[first][inverse], columns):  # a collision: compare
+        _, first, inverse = np.unique(columns, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.ravel()
+    order = np.argsort(first, kind="stable")  # classes in order of their first column
+    number = np.empty(len(order), dtype=np.int64)
+    number[order] = np.arange(len(order))
+    return number[inverse], first[order]
 
 
 def weights(n: int) -> np.ndarray:

@@ -31,9 +31,9 @@ from constrain.errors import RegexError
 
 # compiled regexes by (pattern, max_states, max_memory, dialect, encoding): the timeout is not
 # part of the key, so callers passing the time left of a larger compilation still share entries;
-# bounded by their tables' bytes too (a DFA's dense table is 1 KiB per state)
+# bounded by their tables' bytes too (4 bytes per state and byte class)
 _COMPILED: BoundedCache[tuple, ByteDFA] = BoundedCache(
-    256, max_bytes=128 * 2**20, size=lambda dfa: dfa.transitions.nbytes
+    256, max_bytes=128 * 2**20, size=lambda dfa: dfa.table.nbytes
 )
 _COMPILED_LOCK = threading.Lock()
 

@@ -33,26 +33,30 @@ def dfa_from_table(
 def quoted(body: ByteDFA, quote: int = 0x22) -> ByteDFA:
     """The DFA of ``quote + body + quote``, for a body that never reads a raw `quote` between
     characters (true of every "json"-encoded regex: a raw ``"`` only follows a backslash)."""
-    n = body.n_states
-    trans = np.zeros((n + 2, 256), dtype=np.int32)
-    trans[2 : n + 1] = np.where(body.transitions[1:] == DEAD, DEAD, body.transitions[1:] + 1)
+    n, k = body.table.shape
+    classes = body.classes.astype(np.int64)  # a copy
+    classes[quote] = k  # the quote gets a class of its own
+    trans = np.zeros((n + 2, k + 1), dtype=np.int32)
+    trans[2 : n + 1, :k] = np.where(body.table[1:] == DEAD, DEAD, body.table[1:] + 1)
+    trans[:, k] = trans[:, body.classes[quote]]  # inside a character (after "\\"), as before
     if body.is_empty():
-        return ByteDFA(trans[:1], np.zeros(1, dtype=bool), DEAD, f"{chr(quote)}{body.pattern}")
-    trans[1, quote] = body.start + 1
-    ends = np.flatnonzero(body.accepting) + 1
-    if trans[ends, quote].any():
+        return ByteDFA.from_classes(trans[:1], classes, np.zeros(1, dtype=bool), DEAD,
+                                    f"{chr(quote)}{body.pattern}")  # fmt: skip
+    if body.table[body.accepting, body.classes[quote]].any():
         raise ValueError(f"/{body.pattern}/ reads a raw quote between characters")
-    trans[ends, quote] = n + 1
+    trans[1, k] = body.start + 1
+    ends = np.flatnonzero(body.accepting) + 1
+    trans[ends, k] = n + 1
     accepting = np.zeros(n + 2, dtype=bool)
     accepting[n + 1] = True
     # minimal already: body states keep their distinctions (acceptance became "has a quote")
-    return ByteDFA(trans, accepting, 1, chr(quote) + body.pattern + chr(quote))
+    return ByteDFA.from_classes(trans, classes, accepting, 1, chr(quote) + body.pattern + chr(quote))
 
 
 def repeat_unit(unit: ByteDFA, low: int, high: int | None) -> ByteDFA:
     """The DFA of `unit` repeated low..high times (high None: unbounded), for a unit whose
     accepting states have no way out (one character, say): copies chained end to start."""
-    if unit.accepting.any() and unit.transitions[unit.accepting].any():
+    if unit.accepting.any() and unit.table[unit.accepting].any():
         raise ValueError(f"/{unit.pattern}/ continues after accepting")
     if high is not None and high < low:
         return dfa_from_strings([])
@@ -62,12 +66,12 @@ def repeat_unit(unit: ByteDFA, low: int, high: int | None) -> ByteDFA:
     copies = (high if high is not None else low + 1) + 1  # the last copy is the end state
     position = np.zeros(unit.n_states, dtype=np.int64)
     position[inner] = np.arange(k)
-    trans = np.zeros((1 + copies * k, 256), dtype=np.int32)
+    trans = np.zeros((1 + copies * k, unit.table.shape[1]), dtype=np.int32)  # unit's classes
+    rows = unit.table[inner].astype(np.int64)
+    into_final = np.isin(rows, final)
     accepting = np.zeros(1 + copies * k, dtype=bool)
     for j in range(copies - 1):
         base = 1 + j * k
-        rows = unit.transitions[inner].astype(np.int64)
-        into_final = np.isin(rows, final)
         nxt = j + 1 if (high is not None or j < low) else j  # unbounded: copy `low` loops
         mapped = np.where(into_final, 1 + nxt * k, base + position[rows])
         trans[base : base + k] = np.where(rows == DEAD, DEAD, mapped)
@@ -75,7 +79,8 @@ def repeat_unit(unit: ByteDFA, low: int, high: int | None) -> ByteDFA:
     last = 1 + (copies - 1) * k
     accepting[last] = high is not None and high >= low
     keep = 1 + (copies - 1) * k + (1 if high is not None else 0)
-    return ByteDFA(trans[:keep], accepting[:keep], 1, f"({unit.pattern}){{{low},{high or ''}}}")
+    pattern = f"({unit.pattern}){{{low},{high or ''}}}"
+    return ByteDFA.from_classes(trans[:keep], unit.classes, accepting[:keep], 1, pattern)
 
 
 def dfa_from_code_points(ranges: Iterable[tuple[int, int]], pattern: str) -> ByteDFA:
@@ -155,13 +160,17 @@ def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
     # renumber the canonical states: dead 0, start 1, then in creation order
     kept = sorted(set(canonical))
     number = {old: i + 1 for i, old in enumerate(kept)}
-    trans = np.zeros((len(kept) + 1, 256), dtype=np.int32)
+    used = sorted({b for data in items for b in data})  # a class each; the others share 0
+    classes = np.zeros(256, dtype=np.int64)
+    classes[used] = np.arange(1, len(used) + 1)
+    column = classes.tolist()
+    trans = np.zeros((len(kept) + 1, len(used) + 1), dtype=np.int32)
     acc = np.zeros(len(kept) + 1, dtype=bool)
     for old in kept:
         for b, t in rows[old].items():
-            trans[number[old], b] = number[canonical[t]]
+            trans[number[old], column[b]] = number[canonical[t]]
         acc[number[old]] = accepting[old]
     summary = " | ".join(repr(s) for s in items[:3]) + (
         f" ... ({len(items)} strings)" if len(items) > 3 else ""
     )
-    return ByteDFA(trans, acc, 1 if items else DEAD, summary)
+    return ByteDFA.from_classes(trans, classes, acc, 1 if items else DEAD, summary)

@@ -45,7 +45,7 @@ def walk_spec(walk: ByteDFA | EscapedDFA) -> tuple:
     own = walk.byte_classes()
     first_byte = np.unique(own, return_index=True)[1]
     return (
-        np.ascontiguousarray(base.transitions[:, first_byte], dtype=np.int32),
+        np.ascontiguousarray(base.columns(first_byte), dtype=np.int32),
         base.accepting.astype(np.uint8),
         own.astype(np.int32),
         int(base.start),
@@ -67,8 +67,7 @@ class CompletionLengths:
 
     def __init__(self, strings: ByteDFA, char: ByteDFA, high: int | None):
         self.pattern = strings.pattern
-        table, char_table = strings.transitions, char.transitions
-        inside = int(table[strings.start, _QUOTE]) if not strings.is_empty() else DEAD
+        inside = strings.step(strings.start, _QUOTE) if not strings.is_empty() else DEAD
         self.index: dict[int, int] = {}
         self._of: dict[int, np.ndarray] = {}  # per boundary: the lengths it can read
         if inside == DEAD:
@@ -76,6 +75,7 @@ class CompletionLengths:
             self.lengths = np.zeros((0, 0), dtype=bool)
             return
         _, representatives = joint_byte_classes([strings, char])
+        table, char_table = strings.columns(representatives), char.columns(representatives)
         order, sources, targets = [inside], [], []
         self.index[inside] = 0
         frontier = [inside]
@@ -86,8 +86,8 @@ class CompletionLengths:
             within = np.full(len(frontier), char.start, dtype=np.int64)
             ends = []
             while len(at):  # one byte deeper into the characters (at most 6)
-                nxt = table[at][:, representatives]
-                inner = char_table[within][:, representatives]
+                nxt = table[at]
+                inner = char_table[within]
                 alive = (nxt != DEAD) & (inner != DEAD)
                 done = alive & char.accepting[inner]
                 ends.append(
@@ -110,7 +110,7 @@ class CompletionLengths:
             sources.append(pairs[0])
             targets.append(np.array([self.index[q] for q in pairs[1].tolist()], dtype=np.int64))
         src, dst = np.concatenate(sources), np.concatenate(targets)
-        closing = table[np.array(order), _QUOTE]
+        closing = strings.table[np.array(order), strings.classes[_QUOTE]]
         now = strings.accepting[closing] & (closing != DEAD)
         seen = {now.tobytes(): 0}
         rows = [now]

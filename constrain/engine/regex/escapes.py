@@ -120,18 +120,18 @@ def _escaped_classes(base: ByteDFA) -> _EscapedClasses:
     labels = own.copy()
     labels[list(ESCAPE_BYTES)] = own.max() + 1 + np.arange(len(ESCAPE_BYTES))
     _, first, classes = np.unique(labels, return_index=True, return_inverse=True)
-    classes = classes.ravel().astype(np.int64)
+    classes = classes.ravel().astype(np.uint8)  # at most 256 classes
     classes.flags.writeable = False
     refined: dict[int, list[int]] = {}
     for c, byte in enumerate(first.tolist()):
         refined.setdefault(int(own[byte]), []).append(c)
-    return _EscapedClasses(classes, refined, base.transitions.nbytes)
+    return _EscapedClasses(classes, refined, base.table.nbytes)
 
 
 def has_strings(dfa: ByteDFA, in_string: bool = False) -> bool:
     """Whether `dfa` reads any string (from inside one when `in_string`): else escaping
     changes nothing."""
-    return not dfa.is_empty() and (in_string or bool(dfa.transitions[:, _QUOTE].any()))
+    return not dfa.is_empty() and (in_string or bool(dfa.table[:, dfa.classes[_QUOTE]].any()))
 
 
 class EscapedDFA(ByteWalk):
@@ -256,7 +256,7 @@ class EscapedDFA(ByteWalk):
     def _base_row(self, state: int) -> list[int]:
         found = self._base_rows.get(state)
         if found is None:
-            found = self._base_rows[state] = self.base.transitions[state].tolist()
+            found = self._base_rows[state] = self.base.row(state).tolist()
         return found
 
     def continuations(self, state: int, k: int) -> Runs:

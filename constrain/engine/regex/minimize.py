@@ -120,7 +120,6 @@ def minimize(
     accepting: np.ndarray,
     start: int,
     merge: bool = True,
-    expand: np.ndarray | None = None,
     limits: CompileLimits | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Prune to reachable and live states and merge equivalent ones (Moore refinement; skipped
@@ -129,8 +128,7 @@ def minimize(
 
     `trans` is (n, k) with -1 for "no transition". The result is (m, k) with state 0 dead (all
     its transitions and every missing one lead to 0), start state 1, the others in BFS order;
-    m == 1 when the language is empty. With `expand` (the column of each output symbol), the
-    columns of `trans` are classes of symbols and the result has one column per symbol.
+    m == 1 when the language is empty.
     """
     n = len(trans) + 1
     limits = limits or unlimited()
@@ -145,9 +143,8 @@ def minimize(
     start += 1
     keep = _reachable(full, start) & _live(full, acc)
     keep[0] = False
-    width = trans.shape[1] if expand is None else len(expand)
     if not keep[start]:
-        return np.zeros((1, width), dtype=np.int32), np.zeros(1, dtype=bool)
+        return np.zeros((1, trans.shape[1]), dtype=np.int32), np.zeros(1, dtype=bool)
     full[~keep[full]] = 0
     full[~keep] = 0
     compact = full[:, _column_representatives(full)]  # one column per class of symbols
@@ -191,6 +188,4 @@ def minimize(
     out_acc[number[valid]] = acc[rep[valid]]
     out[0] = 0
     out_acc[0] = False
-    if expand is not None:
-        out = np.ascontiguousarray(out[:, expand])
     return out, out_acc

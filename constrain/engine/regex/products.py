@@ -54,8 +54,8 @@ def _product_search(a: ByteDFA, b: ByteDFA, op: str, limits: CompileLimits, stop
         x, y = np.divmod(frontier, width)
         if stop is not None and stop(x, y):
             return None
-        kx = a.transitions[x][:, representatives].astype(np.int64)
-        ky = b.transitions[y][:, representatives].astype(np.int64)
+        kx = a.table[x][:, a.classes[representatives]].astype(np.int64)
+        ky = b.table[y][:, b.classes[representatives]].astype(np.int64)
         dead = kx == DEAD
         if op == "or":
             dead &= ky == DEAD
@@ -106,8 +106,8 @@ def combine(
     ax, by = a.accepting[x], b.accepting[y]
     accepting = {"and": ax & by, "or": ax | by, "minus": ax & ~by}[op]
     merge = len(pairs) <= _MERGE_LIMIT
-    table, acc = minimize(table, accepting, 0, merge=merge, expand=classes, limits=limits)
-    return ByteDFA(table, acc, 1 if len(table) > 1 else DEAD, pattern)
+    table, acc = minimize(table, accepting, 0, merge=merge, limits=limits)
+    return ByteDFA.from_classes(table, classes, acc, 1 if len(table) > 1 else DEAD, pattern)
 
 
 def _small_combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, limits: CompileLimits):
@@ -115,8 +115,8 @@ def _small_combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, limits: Compil
     the same product search, pruning, Moore refinement and breadth-first numbering over the
     same byte classes, so the same DFA."""
     classes, representatives = joint_byte_classes((a, b))
-    rows_a = a.transitions[:, representatives].tolist()
-    rows_b = b.transitions[:, representatives].tolist()
+    rows_a = a.columns(representatives).tolist()
+    rows_b = b.columns(representatives).tolist()
     acc_a, acc_b = a.accepting.tolist(), b.accepting.tolist()
     index = {(a.start, b.start): 0}
     pairs = [(a.start, b.start)]
@@ -160,7 +160,8 @@ def _small_combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, limits: Compil
                 live[j] = True
                 todo.append(j)
     if not live[0]:
-        return ByteDFA(np.zeros((1, 256), np.int32), np.zeros(1, bool), DEAD, pattern)
+        return ByteDFA.from_classes(np.zeros((1, 1), np.int32), np.zeros(256, np.int64),
+                                    np.zeros(1, bool), DEAD, pattern)  # fmt: skip
     # Moore refinement; state n is the dead one
     n = len(pairs)
     succ = [[t if t >= 0 and live[t] else n for t in row] for row in table]
@@ -190,7 +191,7 @@ def _small_combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, limits: Compil
         if k:
             out[k] = [number[cls[t]] for t in succ[rep[c]]]
             out_acc[k] = rep[c] < n and accepting[rep[c]]
-    return ByteDFA(np.ascontiguousarray(out[:, classes]), out_acc, 1, pattern)
+    return ByteDFA.from_classes(out, classes, out_acc, 1, pattern)
 
 
 def is_empty_combination(a: ByteDFA, b: ByteDFA, op: str) -> bool:
