@@ -56,8 +56,8 @@ class ByteDFA(ByteWalk):
 
     Attributes:
         table: int32 array (n_states, n_classes) of next states, per byte class.
-        classes: uint8 array (256,): the class of each byte (class c's first byte is the
-            c-th distinct one, so classes number in byte order).
+        classes: uint8 array (256,): the class of each byte (0..n_classes-1, each read by
+            some byte).
         accepting: bool array (n_states,).
         start: the start state (1, or 0 when the language is empty).
         pattern: the source, for messages.
@@ -86,21 +86,17 @@ class ByteDFA(ByteWalk):
         cls, table: np.ndarray, classes: np.ndarray, accepting: np.ndarray, start: int, pattern: str
     ) -> ByteDFA:
         """From a table per byte class (n_states, k) and the class of each byte (256 ints in
-        0..k-1); classes that lead every state alike are merged."""
+        0..k-1); classes that lead every state alike are merged, columns no byte reads dropped."""
         burn(NUMPY_STEPS // STEPS_PER_UNIT + len(table) * table.shape[1] // 1024)
         merged, representatives = _byte_classes(table)  # over the k classes
-        # renumbered by each class's first byte; columns no byte reads are dropped
-        number: dict[int, int] = {}
-        kept: list[int] = []
-        per_byte = []
-        for m in merged[np.asarray(classes)].tolist():
-            found = number.get(m)
-            if found is None:
-                found = number[m] = len(kept)
-                kept.append(int(representatives[m]))
-            per_byte.append(found)
+        per_byte = merged[np.asarray(classes)]
+        used = np.bincount(per_byte, minlength=len(representatives))
+        if not used.all():  # renumber the classes some byte reads
+            kept = np.flatnonzero(used)
+            number = np.cumsum(used > 0) - 1
+            per_byte, representatives = number[per_byte], representatives[kept]
         dfa = cls.__new__(cls)
-        dfa._set(table[:, kept], per_byte, accepting, start, pattern)
+        dfa._set(table[:, representatives], per_byte, accepting, start, pattern)
         return dfa
 
     def _set(self, table, classes, accepting, start, pattern) -> None:

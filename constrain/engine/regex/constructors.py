@@ -139,6 +139,8 @@ def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
     so one pass over states in reverse creation order, keyed by their outgoing edges, is exact).
     """
     items = sorted({s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in strings})
+    if len(items) == 1:  # one string (a property name, say): its chain is minimal
+        return _chain(items[0])
     rows: list[dict[int, int]] = [{}]
     accepting = [False]
     for data in items:
@@ -174,3 +176,17 @@ def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
         f" ... ({len(items)} strings)" if len(items) > 3 else ""
     )
     return ByteDFA.from_classes(trans, classes, acc, 1 if items else DEAD, summary)
+
+
+def _chain(data: bytes) -> ByteDFA:
+    """The minimal DFA of the one string `data`: a chain of states, a byte class per byte it
+    reads and one for the others."""
+    burn(NUMPY_STEPS // STEPS_PER_UNIT + len(data))
+    used = sorted(set(data))
+    classes = np.zeros(256, dtype=np.int64)
+    classes[used] = np.arange(1, len(used) + 1)
+    trans = np.zeros((len(data) + 2, len(used) + 1), dtype=np.int32)
+    trans[np.arange(1, len(data) + 1), classes[list(data)]] = np.arange(2, len(data) + 2)
+    accepting = np.zeros(len(data) + 2, dtype=bool)
+    accepting[-1] = True
+    return ByteDFA.from_classes(trans, classes, accepting, 1, repr(data))
