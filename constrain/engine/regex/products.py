@@ -170,7 +170,8 @@ def _small_combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, limits: Compil
     count = len(set(cls))
     while True:
         ids: dict[tuple, int] = {}
-        cls = [ids.setdefault((c, *(cls[t] for t in row)), len(ids)) for c, row in zip(cls, succ)]
+        of = cls.__getitem__
+        cls = [ids.setdefault((c, *map(of, row)), len(ids)) for c, row in zip(cls, succ)]
         if len(ids) == count:
             break
         count = len(ids)
