@@ -6,9 +6,12 @@ tokenizer, then compiles and runs one warm-up schema (the first of the sample wi
 llguidance's token trie, is not counted), then measures
 the growth of its resident set (RSS, from ``/proc/self/statm``: native and Python memory alike):
 
-* **compiled**: after compiling the sample's schemas, all kept alive, per schema; and the
-  median of each compile's own growth (what the issue's goal is stated in: a few schemas that
-  compile to megabytes move the mean, not the median);
+* **compiled**: after compiling the sample's schemas, all kept alive, per schema;
+* **median compile**: the median over the schemas of what one compile keeps (a few schemas that
+  compile to megabytes move the mean, not the median). Pages are too coarse for that, so it is
+  the growth of the bytes in use on the C heap (glibc's ``mallinfo2``), in another fresh process
+  run with ``PYTHONMALLOC=malloc`` so that Python objects, arrays, C++ and Rust allocations
+  are all on that heap;
 * **after use**: after also running each schema's valid instances with a full mask before every
   token (the caches an engine fills as it serves: our masks by state, parser nodes, lexer
   states), per schema;
@@ -25,8 +28,11 @@ Run: ``python -m constrain.bench.memory [--limit 4] [--model smollm2-135m-instru
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import json
 import multiprocessing
+import os
 import resource
 import statistics
 from pathlib import Path
@@ -40,8 +46,10 @@ _MATCHERS = 1000
 _CAVEAT = (
     "Resident memory moves by pages and an allocator reuses freed pages, so a small growth "
     "can read as 0 and a large one includes what compiling freed but the allocator kept: "
-    "averages and upper bounds, not exact sizes. Schemas an engine cannot compile are left "
-    "out of its averages."
+    "averages and upper bounds, not exact sizes. The median compile is counted in the bytes in "
+    "use on the C heap instead (glibc's mallinfo2, in a process with PYTHONMALLOC=malloc), "
+    "exact up to the allocator's few bytes per block. Schemas an engine cannot compile are "
+    "left out of its averages."
 )
 _OPTIONS = {"whitespace": "default", "any_order": True}
 
@@ -104,16 +112,21 @@ def _engine(name: str, model: str) -> tuple[PeerEngine, cn.Vocabulary]:
     return found[0], vocab
 
 
-def measure_in_process(name: str, model: str, jobs: list[tuple]) -> dict:
-    """In a fresh process: the three growths of `name` (bytes per schema or matcher)."""
-    engine, vocab = _engine(name, model)
+def _sample(vocab, jobs: list[tuple]) -> tuple[tuple, list[tuple]]:
+    """(the warm-up schema, the others), each with its valid instances' tokens: the warm-up
+    (also the matchers' schema) is the first with an instance of 60 tokens."""
     schemas = []
     for _, _, path, valid, _ in jobs:
         texts = [vocab.encode(serialise(v, _OPTIONS)) for v in valid]
         schemas.append((json.loads(Path(path).read_text()), texts))
-    # the warm-up schema, also the matchers' one: the first with an instance of 60 tokens
     first = next((i for i, (_, t) in enumerate(schemas) if max(map(len, t), default=0) >= 60), 0)
-    warm_schema, warm_texts = schemas.pop(first)
+    return schemas.pop(first), schemas
+
+
+def measure_in_process(name: str, model: str, jobs: list[tuple]) -> dict:
+    """In a fresh process: the three growths of `name` (bytes per schema or matcher)."""
+    engine, vocab = _engine(name, model)
+    (warm_schema, warm_texts), schemas = _sample(vocab, jobs)
 
     def run(compiled, tokens: list[int]) -> None:
         matcher = engine.start(compiled)
@@ -127,14 +140,12 @@ def measure_in_process(name: str, model: str, jobs: list[tuple]) -> dict:
     for tokens in warm_texts:
         run(warm, tokens)
     before = _rss()
-    compiled, growths = [], []
+    compiled = []
     for schema, texts in schemas:
-        at = _rss()
         try:
             compiled.append((engine.compile(schema), texts))
         except PeerError:
             continue
-        growths.append(_rss() - at)
     after_compile = _rss()
     for item, texts in compiled:
         for tokens in texts:
@@ -155,32 +166,84 @@ def measure_in_process(name: str, model: str, jobs: list[tuple]) -> dict:
         "engine": name,
         "schemas": len(compiled),
         "compiled": (after_compile - before) / n,
-        "compiled_median": statistics.median(growths) if growths else 0.0,
         "after_use": (after_use - before) / n,
         "matcher": (after_matchers - before_matchers) / _MATCHERS,
         "matcher_tokens": len(tokens),
     }
 
 
-def measure(name: str, model: str, jobs: list[tuple]) -> dict | None:
-    """`measure_in_process` in a fresh process (None when the engine is not installed)."""
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]  # fmt: skip
+
+
+def _heap() -> int:
+    """Bytes in use on the C heap: allocated chunks and mmapped blocks (glibc)."""
+    mallinfo2 = ctypes.CDLL(None).mallinfo2
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
+def median_compile_in_process(name: str, model: str, jobs: list[tuple]) -> float:
+    """In a fresh process run with ``PYTHONMALLOC=malloc``: the median over the schemas of
+    the heap bytes one compile keeps (its result kept alive, garbage collected)."""
+    engine, vocab = _engine(name, model)
+    (warm_schema, _), schemas = _sample(vocab, jobs)
+    kept, growths = [engine.compile(warm_schema)], []  # what is built once per vocabulary
+    for schema, _ in schemas:
+        gc.collect()
+        at = _heap()
         try:
-            return pool.apply(measure_in_process, (name, model, jobs))
-        except ImportError:
-            return None
+            kept.append(engine.compile(schema))
+        except PeerError:
+            continue
+        gc.collect()
+        growths.append(_heap() - at)
+    return statistics.median(growths) if growths else 0.0
+
+
+def _in_fresh_process(function, *args, malloc_only: bool = False):
+    """`function(*args)` in a fresh Python process (with Python's objects on the C heap
+    when `malloc_only`)."""
+    before = os.environ.get("PYTHONMALLOC")
+    if malloc_only:
+        os.environ["PYTHONMALLOC"] = "malloc"  # read by the child interpreter as it starts
+    try:
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            return pool.apply(function, args)
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONMALLOC", None)
+        else:
+            os.environ["PYTHONMALLOC"] = before
+
+
+def measure(name: str, model: str, jobs: list[tuple]) -> dict | None:
+    """`measure_in_process` and `median_compile_in_process`, each in a fresh process (None
+    when the engine is not installed)."""
+    try:
+        row = _in_fresh_process(measure_in_process, name, model, jobs)
+        row["compiled_median"] = _in_fresh_process(
+            median_compile_in_process, name, model, jobs, malloc_only=True
+        )
+    except ImportError:
+        return None
+    return row
 
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| engine | schemas | per compiled schema KiB | median growth of a compile KiB | "
+        "| engine | schemas | per compiled schema KiB | median compile KiB (heap) | "
         "per schema after use KiB | per matcher KiB |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['engine']} | {r['schemas']} | {fmt(r['compiled'] / 1024)} | "
-            f"{fmt(r['compiled_median'] / 1024)} | {fmt(r['after_use'] / 1024)} | {fmt(r['matcher'] / 1024, 2)} |"
+            f"{fmt(r['compiled_median'] / 1024)} | {fmt(r['after_use'] / 1024)} | "
+            f"{fmt(r['matcher'] / 1024, 2)} |"
         )
     return "\n".join(lines)
 

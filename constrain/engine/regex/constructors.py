@@ -50,7 +50,8 @@ def quoted(body: ByteDFA, quote: int = 0x22) -> ByteDFA:
     accepting = np.zeros(n + 2, dtype=bool)
     accepting[n + 1] = True
     # minimal already: body states keep their distinctions (acceptance became "has a quote")
-    return ByteDFA.from_classes(trans, classes, accepting, 1, chr(quote) + body.pattern + chr(quote))
+    pattern = chr(quote) + body.pattern + chr(quote)
+    return ByteDFA.from_classes(trans, classes, accepting, 1, pattern)
 
 
 def repeat_unit(unit: ByteDFA, low: int, high: int | None) -> ByteDFA:
