@@ -103,7 +103,8 @@ def _without(run: tuple[int, int, int], excluded: tuple[int, ...]) -> list[tuple
 
 class _EscapedClasses(NamedTuple):
     classes: np.ndarray  # the class of each byte: the base's, each of ESCAPE_BYTES alone
-    refined: dict[int, list[int]]  # a base class -> its classes here
+    refined: tuple[int, ...]  # the classes here, by base class (flat: one object per DFA)
+    starts: tuple[int, ...]  # base class c's are refined[starts[c] : starts[c + 1]]
     base_bytes: int  # the base's table, which the entry keeps alive
 
 
@@ -122,10 +123,12 @@ def _escaped_classes(base: ByteDFA) -> _EscapedClasses:
     _, first, classes = np.unique(labels, return_index=True, return_inverse=True)
     classes = classes.ravel().astype(np.uint8)  # at most 256 classes
     classes.flags.writeable = False
-    refined: dict[int, list[int]] = {}
-    for c, byte in enumerate(first.tolist()):
-        refined.setdefault(int(own[byte]), []).append(c)
-    return _EscapedClasses(classes, refined, base.table.nbytes)
+    of_class = own[first]  # the base class of each class here
+    refined = np.argsort(of_class, kind="stable")
+    starts = np.searchsorted(of_class[refined], np.arange(int(own.max()) + 2))
+    return _EscapedClasses(
+        classes, tuple(refined.tolist()), tuple(starts.tolist()), base.table.nbytes
+    )
 
 
 def has_strings(dfa: ByteDFA, in_string: bool = False) -> bool:
@@ -157,7 +160,8 @@ class EscapedDFA(ByteWalk):
         self._inside: dict[int, bool] = {base.start: in_string}  # base states reached
         self._n = base.n_states
         classes = _CLASSES.get_or_build(base, lambda: _escaped_classes(base))
-        self._classes, self._refined = classes.classes, classes.refined
+        self._classes = classes.classes
+        self._refined, self._starts = classes.refined, classes.starts
         self._backslash = int(self._classes[_BACKSLASH])
         self._quote = int(self._classes[_QUOTE])
         self._escape_of: dict[int, int] = {}  # base state inside a string -> its subtree
@@ -211,7 +215,7 @@ class EscapedDFA(ByteWalk):
                 found = [
                     (c, t)
                     for own, t in self.base.live_classes(state)
-                    for c in self._refined[own]
+                    for c in self._refined[self._starts[own] : self._starts[own + 1]]
                     if not (inside and c == self._backslash)
                 ]
                 for c, t in found:
