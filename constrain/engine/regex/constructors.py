@@ -123,14 +123,26 @@ def dfa_from_code_points(ranges: Iterable[tuple[int, int]], pattern: str) -> Byt
 
 def dfa_from_byte_classes(classes: Sequence[Iterable[int]], pattern: str) -> ByteDFA:
     """The minimal DFA of the strings whose i-th byte is in ``classes[i]`` (a chain of states;
-    e.g. an ASCII keyword matched in any case)."""
-    n = len(classes)
-    trans = np.zeros((n + 2, 256), dtype=np.int32)
-    for i, allowed in enumerate(classes):
-        trans[i + 1, list(allowed)] = i + 2
+    e.g. an ASCII keyword matched in any case, or one string)."""
+    allowed = [sorted(set(bytes_)) for bytes_ in classes]
+    n = len(allowed)
+    burn(NUMPY_STEPS // STEPS_PER_UNIT + n)
+    byte_class, width = _class_per_byte({b for bytes_ in allowed for b in bytes_})
+    trans = np.zeros((n + 2, width), dtype=np.int32)
+    position = np.repeat(np.arange(1, n + 1), [len(bytes_) for bytes_ in allowed])
+    trans[position, byte_class[[b for bytes_ in allowed for b in bytes_]]] = position + 1
     accepting = np.zeros(n + 2, dtype=bool)
     accepting[n + 1] = True
-    return ByteDFA(trans, accepting, 1, pattern)
+    return ByteDFA.from_classes(trans, byte_class, accepting, 1, pattern)
+
+
+def _class_per_byte(used) -> tuple[np.ndarray, int]:
+    """(the class of each byte: one per byte of `used`, class 0 for all the others; how many
+    classes)."""
+    used = sorted(used)
+    byte_class = np.zeros(256, dtype=np.int64)
+    byte_class[used] = np.arange(1, len(used) + 1)
+    return byte_class, len(used) + 1
 
 
 def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
@@ -141,7 +153,7 @@ def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
     """
     items = sorted({s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in strings})
     if len(items) == 1:  # one string (a property name, say): its chain is minimal
-        return _chain(items[0])
+        return dfa_from_byte_classes([(b,) for b in items[0]], repr(items[0]))
     rows: list[dict[int, int]] = [{}]
     accepting = [False]
     for data in items:
@@ -163,11 +175,9 @@ def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
     # renumber the canonical states: dead 0, start 1, then in creation order
     kept = sorted(set(canonical))
     number = {old: i + 1 for i, old in enumerate(kept)}
-    used = sorted({b for data in items for b in data})  # a class each; the others share 0
-    classes = np.zeros(256, dtype=np.int64)
-    classes[used] = np.arange(1, len(used) + 1)
+    classes, width = _class_per_byte({b for data in items for b in data})
     column = classes.tolist()
-    trans = np.zeros((len(kept) + 1, len(used) + 1), dtype=np.int32)
+    trans = np.zeros((len(kept) + 1, width), dtype=np.int32)
     acc = np.zeros(len(kept) + 1, dtype=bool)
     for old in kept:
         for b, t in rows[old].items():
@@ -178,16 +188,3 @@ def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
     )
     return ByteDFA.from_classes(trans, classes, acc, 1 if items else DEAD, summary)
 
-
-def _chain(data: bytes) -> ByteDFA:
-    """The minimal DFA of the one string `data`: a chain of states, a byte class per byte it
-    reads and one for the others."""
-    burn(NUMPY_STEPS // STEPS_PER_UNIT + len(data))
-    used = sorted(set(data))
-    classes = np.zeros(256, dtype=np.int64)
-    classes[used] = np.arange(1, len(used) + 1)
-    trans = np.zeros((len(data) + 2, len(used) + 1), dtype=np.int32)
-    trans[np.arange(1, len(data) + 1), classes[list(data)]] = np.arange(2, len(data) + 2)
-    accepting = np.zeros(len(data) + 2, dtype=bool)
-    accepting[-1] = True
-    return ByteDFA.from_classes(trans, classes, accepting, 1, repr(data))
