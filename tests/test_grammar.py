@@ -361,3 +361,102 @@ def test_completions_are_shortest_sentences(grammar):
             exact += len(completion) == len(reference)
             checked += 1
     assert checked >= 20 and exact >= 0.8 * checked
+
+
+_NESTED = r"""
+start: value
+value: "[" [value ("," value)*] "]" | "{" [pair ("," pair)*] "}" | DIGIT
+pair: KEY ":" value
+KEY: /"[a-c]"/
+DIGIT: /[0-9]/
+"""
+
+
+def _nested_text(rng, depth: int) -> str:
+    kind = int(rng.integers(0, 3 if depth else 1))
+    if kind == 0:
+        return str(int(rng.integers(0, 10)))
+    n = int(rng.integers(0, 4))
+    if kind == 1:
+        return "[" + ",".join(_nested_text(rng, depth - 1) for _ in range(n)) + "]"
+    keys = [f'"{"abc"[int(rng.integers(0, 3))]}"' for _ in range(n)]
+    return "{" + ",".join(f"{k}:{_nested_text(rng, depth - 1)}" for k in keys) + "}"
+
+
+def _in_nested(text: str) -> bool:
+    """Whether `text` is a sentence of `_NESTED`, by `json.loads` (no spaces in it)."""
+    import json
+
+    def fits(v) -> bool:
+        if isinstance(v, list):
+            return all(map(fits, v))
+        if isinstance(v, tuple):  # an object's pairs
+            return all(k in "abc" and len(k) == 1 and fits(x) for k, x in v)
+        return type(v) is int and 0 <= v <= 9
+
+    try:
+        return " " not in text and fits(json.loads(text, object_pairs_hook=tuple))
+    except json.JSONDecodeError:
+        return False
+
+
+def test_parser_memory_is_bounded_and_forgetting_changes_no_answer():
+    """A parser over its item budget forgets its interned nodes: it then holds at most that
+    budget, nodes it forgot are freed once unused, and every answer (viable prefix, sentence,
+    shortest completion) is a fresh unbounded parser's; sentences are `json.loads`'s."""
+    import gc
+
+    from constrain.engine.grammar.earley import ChartNode
+
+    def alive_nodes() -> int:
+        gc.collect()
+        return sum(isinstance(o, ChartNode) for o in gc.get_objects())
+
+    before = alive_nodes()
+    bounded = cn.Grammar.from_lark(_NESTED).automaton
+    bounded.parser.max_items = 60
+    rng = np.random.default_rng(11)
+    texts = [_nested_text(rng, 6) for _ in range(60)]
+    texts += [t[:i] + t[j:] for t in texts[:30] for i, j in [sorted(rng.integers(0, len(t), 2))]]
+    answers = []
+    for text in texts:
+        state = bounded.start
+        for i, ch in enumerate(text):
+            state = bounded.step(state, ch.encode())
+            assert bounded.parser.items_held <= 60
+            if state is None:
+                break
+            if i % 5 == 0:
+                answers.append((text[: i + 1], len(bounded.completion(state))))
+        answers.append((text, state is not None and bounded.accepting(state)))
+    assert bounded.parser.forgotten > 10
+    kept = alive_nodes() - before
+    fresh = cn.Grammar.from_lark(_NESTED).automaton
+    for text, answer in answers:
+        state = fresh.step(fresh.start, text.encode())
+        if isinstance(answer, bool):
+            assert answer == (state is not None and fresh.accepting(state)), text
+            assert answer == _in_nested(text), text
+        else:
+            assert answer == len(fresh.completion(state)), text
+    assert fresh.parser.forgotten == 0
+    assert kept < fresh.parser.n_nodes / 4, (kept, fresh.parser.n_nodes)
+
+
+def test_mask_pieces_are_bounded_in_bytes_and_masks_unchanged(smollm_vocab: Vocabulary):
+    """The trie walks a grammar caches for its masks stay within their byte bound (here a
+    small one, so entries are dropped), and every mask is a fresh unbounded grammar's."""
+    bounded = library.load("json").with_engine("python").automaton
+    bounded.max_piece_bytes = 8_000
+    fresh = library.load("json").with_engine("python").automaton
+    trie = smollm_vocab.trie
+    rng = np.random.default_rng(5)
+    for _ in range(6):
+        text = random_text(bounded.ir, rng, max_depth=4).encode()
+        for cut in sorted({int(c) for c in rng.integers(0, len(text) + 1, 6)}):
+            state_b = bounded.step(bounded.start, text[:cut])
+            state_f = fresh.step(fresh.start, text[:cut])
+            got = np.sort(bounded.token_ids(state_b, trie))
+            assert np.array_equal(got, np.sort(fresh.token_ids(state_f, trie))), text[:cut]
+    kept, everything = bounded._pieces[trie], fresh._pieces[trie]
+    assert kept.bytes <= 8_000 < everything.bytes and len(kept) < len(everything)

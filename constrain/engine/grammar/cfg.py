@@ -37,9 +37,11 @@ import weakref
 import numpy as np
 
 from constrain.engine.automaton import walk_bytes
+from constrain.engine.cache import BoundedCache
 from constrain.engine.grammar.completion import Completions
 from constrain.engine.grammar.earley import ChartNode, EarleyParser
 from constrain.engine.grammar.ir import GrammarIR
+from constrain.engine.grammar.lexer import Piece
 from constrain.engine.grammar.lexers import make_lexer
 from constrain.engine.grammar.lint import check_lexeme_ends
 from constrain.engine.regex import ByteDFA
@@ -51,6 +53,7 @@ __all__ = ["CFGAutomaton"]
 _MAX_FORCED = 1024  # forced text is computed at most this far ahead
 _FRESH = 0  # lexer state meaning "no lexeme in progress"
 _MAX_CACHED_STATES = 2**16  # states whose expected and forced bytes are remembered
+_PIECES_KEPT, _PIECES_BYTES = 2**14, 64 * 2**20  # mask pieces per vocabulary trie
 
 
 class CFGAutomaton:
@@ -69,7 +72,10 @@ class CFGAutomaton:
         self.special_texts = frozenset(self.lexeme_table[i].special for i in self.specials)
         self.parser = EarleyParser(ir, self.lexeme_ids)
         self.lexer = make_lexer(self.lexeme_table, engine)
-        self._pieces: weakref.WeakKeyDictionary[TokenTrie, dict] = weakref.WeakKeyDictionary()
+        self._pieces: weakref.WeakKeyDictionary[TokenTrie, BoundedCache[tuple, Piece]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.max_piece_bytes = _PIECES_BYTES  # per vocabulary trie
         self._admits: dict[tuple, bool] = {}  # (lexer state or lexeme, language) -> admits
         self._completions: Completions | None = None
         self._expected: dict[tuple, list[int]] = {}
@@ -233,7 +239,9 @@ class CFGAutomaton:
         node, s = state
         cache = self._pieces.get(trie)
         if cache is None:
-            cache = self._pieces[trie] = {}
+            cache = self._pieces[trie] = BoundedCache(
+                _PIECES_KEPT, max_bytes=self.max_piece_bytes, size=_piece_bytes
+            )
         s = self._start(node) if s == _FRESH else s
         roots = trie.children[trie.child_start[0] : trie.child_start[1]]
         found: list[np.ndarray] = []
@@ -252,6 +260,10 @@ class CFGAutomaton:
                 start = self._start(after)
                 stack.append((after, (start, children.tobytes()), start, children, False))
         return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def _piece_bytes(piece: Piece) -> int:
+    return 64 + piece.tokens.nbytes + sum(64 + nodes.nbytes for _, nodes in piece.groups)
 
 
 def _remember(cache: dict, state: tuple, value):

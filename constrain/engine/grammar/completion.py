@@ -28,6 +28,7 @@ falls back to a bounded breadth-first search over bytes.
 from __future__ import annotations
 
 import heapq
+import weakref
 from collections import deque
 
 import numpy as np
@@ -64,7 +65,10 @@ class Completions:
         self.rest = self._rests()
         ignored = [lexemes[i] for i in automaton.ignore if lexemes[i]]
         self._separator = min(ignored, key=lambda t: (len(t), t != b" ")) if ignored else None
-        self._owed: dict[ChartNode, dict[int, tuple[float, int, ChartNode | None]]] = {}
+        # per node, weakly: a node the parser forgot and nothing uses leaves with its entry
+        self._owed: weakref.WeakKeyDictionary[
+            ChartNode, dict[int, tuple[float, int, ChartNode | None]]
+        ] = weakref.WeakKeyDictionary()
         self._endings: dict[int, list[tuple[int, bytes]]] = {}
 
     # -- symbols ----------------------------------------------------------------------------

@@ -18,6 +18,12 @@ scanning builds the item set and returns the existing node when one is equal. Co
 Building a node burns the active fuel (`constrain.fuel`): a unit per item, before the node is
 interned, so a parse stopped by its fuel leaves no half-built node behind.
 
+Memory is bounded: once the interned nodes hold `max_items` items, the parser forgets them
+(the intern table and the scans remembered since it last forgot), so what it keeps no longer
+grows with every state ever visited. Nodes still in use stay valid and rebuild their scans on
+demand; a node equal to a forgotten one may then be built again, a duplicate that costs cache
+misses, never a different answer.
+
 Invariant: every nonterminal is productive (`GrammarIR.validated` prunes the rest), so every item
 in a node can be completed and a node with items always has a continuation in the language.
 """
@@ -30,6 +36,7 @@ from constrain.fuel import burn
 __all__ = ["ChartNode", "EarleyParser", "items_waiting"]
 
 _SUPER_START = "$start"
+MAX_ITEMS_HELD = 1 << 18  # items in interned nodes before the parser forgets them (~25 MB)
 
 
 class ChartNode:
@@ -52,7 +59,9 @@ class ChartNode:
 class EarleyParser:
     """The grammar compiled to dotted rules; builds and interns `ChartNode`s."""
 
-    def __init__(self, ir: GrammarIR, lexeme_ids: dict[str, int]):
+    def __init__(
+        self, ir: GrammarIR, lexeme_ids: dict[str, int], *, max_items: int = MAX_ITEMS_HELD
+    ):
         nts = sorted(ir.nonterminals() | {_SUPER_START})
         nt_id = {n: i for i, n in enumerate(nts)}
         rules = [(_SUPER_START, (ir.start,))] + [(r.lhs, r.rhs) for r in ir.rules]
@@ -79,6 +88,10 @@ class EarleyParser:
         self._first_dotted = first_dotted
         self._predict: list[tuple[dict[tuple, None], frozenset[int]] | None] = [None] * len(nts)
         self._interned: dict[frozenset, ChartNode] = {}
+        self.max_items = max_items
+        self.items_held = 0  # items in the interned nodes
+        self.forgotten = 0  # times the interned nodes were forgotten
+        self._scanned: list[ChartNode] = []  # nodes whose scans were filled since then
         self.root = self._close([], predict=nt_id[_SUPER_START])
 
     def _nullable(self, rules, nt_id) -> list[bool]:
@@ -102,6 +115,8 @@ class EarleyParser:
         next_sym = self.next_sym
         kernel = [(d + 1, node if o is None else o) for d, o in node.items if next_sym[d] in wanted]
         result = self._close(kernel) if kernel else None
+        if not node.scans:  # (after `_close`, which may forget)
+            self._scanned.append(node)
         node.scans[lexemes] = result
         return result
 
@@ -132,12 +147,25 @@ class EarleyParser:
         key = frozenset(items)
         node = self._interned.get(key)
         if node is None:
+            if self.items_held + len(items) > self.max_items:
+                self._forget()
+            self.items_held += len(items)
             expected = frozenset(
                 ~next_sym[d] for d, _ in items if next_sym[d] is not None and next_sym[d] < 0
             )
             accepts = any(d == self.accept_item for d, _ in items)
             node = self._interned[key] = ChartNode(tuple(items), expected, accepts)
         return node
+
+    def _forget(self) -> None:
+        """Drop the interned nodes and every scan remembered since the last time (which may
+        start in an older node still in use), see the module docstring."""
+        for node in self._scanned:
+            node.scans = {}
+        self._scanned = []
+        self._interned = {}
+        self.items_held = 0
+        self.forgotten += 1
 
     def _add_prediction(self, a: int, items: dict, predicted: set[int]) -> None:
         found = self._predict[a]
