@@ -52,7 +52,7 @@ __all__ = ["CFGAutomaton"]
 
 _MAX_FORCED = 1024  # forced text is computed at most this far ahead
 _FRESH = 0  # lexer state meaning "no lexeme in progress"
-_MAX_CACHED_STATES = 2**16  # states whose expected and forced bytes are remembered
+_MAX_CACHED_STATES = 2**16  # entries of the per-state caches (expected, forced bytes, admits)
 _PIECES_KEPT, _PIECES_BYTES = 2**14, 64 * 2**20  # mask pieces per vocabulary trie
 
 
@@ -209,7 +209,7 @@ class CFGAutomaton:
             found = any(self._lexeme_admits(lexeme, at, language) for lexeme, at in alive)
             if not found and len(alive) > 1:
                 found = self.lexer.admits(s, language)
-            self._admits[key] = found
+            _remember(self._admits, key, found)
         return found
 
     def walk_admitted(
@@ -232,7 +232,7 @@ class CFGAutomaton:
         key = ("lexeme", lexeme, at, language)
         found = self._admits.get(key)
         if found is None:
-            found = self._admits[key] = self.lexer.lexeme_admits(lexeme, at, language)
+            found = _remember(self._admits, key, self.lexer.lexeme_admits(lexeme, at, language))
         return found
 
     def token_ids(self, state: tuple, trie: TokenTrie) -> np.ndarray:
@@ -266,9 +266,10 @@ def _piece_bytes(piece: Piece) -> int:
     return 64 + piece.tokens.nbytes + sum(64 + nodes.nbytes for _, nodes in piece.groups)
 
 
-def _remember(cache: dict, state: tuple, value):
-    """Store `value` for `state`, emptying the cache when full (states are unbounded)."""
+def _remember(cache: dict, key: tuple, value):
+    """Store `value` for `key` (a state, or one with a language), emptying the cache when
+    full (states are unbounded)."""
     if len(cache) >= _MAX_CACHED_STATES:
         cache.clear()
-    cache[state] = value
+    cache[key] = value
     return value
