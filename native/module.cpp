@@ -166,6 +166,11 @@ Trie trie_from(const py::object& t) {
     trie.tokens = to_vector(t.attr("tokens").cast<Array<int64_t>>());
     trie.child_start = to_vector(t.attr("child_start").cast<Array<int64_t>>());
     trie.children = to_vector(t.attr("children").cast<Array<int64_t>>());
+    try {
+        trie.validate();
+    } catch (const std::invalid_argument& e) {
+        throw py::value_error(e.what());
+    }
     return trie;
 }
 

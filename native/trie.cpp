@@ -1,6 +1,59 @@
 #include "trie.hpp"
 
+#include <limits>
+#include <stdexcept>
+#include <string>
+
 namespace constrain {
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument("trie: " + what);
+}
+
+}  // namespace
+
+void Trie::validate() const {
+    const size_t n = byte.size();
+    require(n >= 1, "no root node");
+    require(depth.size() == n && subtree_end.size() == n,
+            "byte, depth and subtree_end differ in size");
+    require(token_start.size() == n + 1 && child_start.size() == n + 1,
+            "token_start and child_start need one entry per node and one more");
+    require(depth[0] == 0 && subtree_end[0] == int64_t(n), "node 0 is not the root of every node");
+    // DFS order: a node's depth is at most its predecessor's + 1, and its subtree ends at the
+    // first later node no deeper than it (found with a stack of the open nodes)
+    std::vector<size_t> open{0};
+    for (size_t i = 1; i < n; ++i) {
+        require(depth[i] >= 1 && depth[i] <= depth[i - 1] + 1,
+                "node " + std::to_string(i) + " has a depth out of DFS order");
+        while (depth[open.back()] >= depth[i]) {
+            require(subtree_end[open.back()] == int64_t(i),
+                    "node " + std::to_string(open.back()) + " has a wrong subtree_end");
+            open.pop_back();
+        }
+        open.push_back(i);
+    }
+    for (size_t k = 1; k < open.size(); ++k)
+        require(subtree_end[open[k]] == int64_t(n),
+                "node " + std::to_string(open[k]) + " has a wrong subtree_end");
+    const auto max_id = int64_t(std::numeric_limits<int32_t>::max());
+    require(token_start[0] == 0 && token_start[n] == int64_t(tokens.size()),
+            "token_start does not span tokens");
+    require(child_start[0] == 0 && child_start[n] == int64_t(children.size()),
+            "child_start does not span children");
+    for (size_t i = 0; i < n; ++i) {
+        require(token_start[i] <= token_start[i + 1] && child_start[i] <= child_start[i + 1],
+                "node " + std::to_string(i) + " has a decreasing token or child range");
+        for (int64_t k = child_start[i]; k < child_start[i + 1]; ++k) {
+            const int64_t c = children[size_t(k)];
+            require(c > int64_t(i) && c < subtree_end[i] && depth[size_t(c)] == depth[i] + 1,
+                    "node " + std::to_string(i) + " lists a child outside its subtree");
+        }
+    }
+    for (int64_t t : tokens) require(t >= 0 && t <= max_id, "a token id is out of range");
+}
 
 namespace {
 

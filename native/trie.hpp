@@ -18,6 +18,9 @@ struct Trie {
     std::vector<int64_t> subtree_end, token_start, tokens, child_start, children;
 
     size_t n_nodes() const { return byte.size(); }
+    // Throws std::invalid_argument naming the first broken invariant the walks rely on: the
+    // arrays' sizes, the nodes in DFS order (depths, subtrees), children and token ranges.
+    void validate() const;
 };
 
 // What a walk inside the lexemes in progress found: the tokens read wholly inside them, and

@@ -314,3 +314,44 @@ def test_counted_strings_same_masks(data, smollm_vocab):
     text = _spelled_json(value, data.draw)
     accepted = assert_same_masks(grammar, smollm_vocab, smollm_vocab.encode(text))
     assert accepted == jsonschema.Draft202012Validator(_COUNTED_SCHEMA).is_valid(value), text
+
+
+def _broken(arrays: dict, name: str, index, value):
+    out = {k: v.copy() for k, v in arrays.items()}
+    if value is None:
+        out[name] = out[name][:index]
+    else:
+        out[name][index] = value(out[name][index]) if callable(value) else value
+    return out
+
+
+_TRIE_FAULTS = {
+    "a short array": ("depth", -1, None, "differ in size"),
+    "a root that is not": ("subtree_end", 0, lambda v: v - 1, "root"),
+    "a depth out of order": ("depth", 3, lambda v: v + 2, "depth out of DFS order"),
+    "a subtree that ends late": ("subtree_end", 2, lambda v: v + 1, "wrong subtree_end"),
+    "a subtree that ends early": ("subtree_end", 1, lambda v: v - 1, "wrong subtree_end"),
+    "a child outside": ("children", 0, 0, "child outside"),
+    "tokens past their range": ("token_start", -1, lambda v: v + 1, "does not span"),
+    "a decreasing range": ("token_start", 2, lambda v: v + 50, "decreasing"),
+    "a negative token": ("tokens", 0, -1, "token id"),
+    "a token id past int32": ("tokens", 0, 2**31, "token id"),
+}
+
+
+@pytest.mark.parametrize("fault", list(_TRIE_FAULTS))
+def test_a_malformed_trie_is_refused_at_the_boundary(fault):
+    """The native core checks a trie's arrays when they cross into C++ (the walks index them
+    unchecked): each broken invariant is a ValueError naming it, and the intact copy passes."""
+    from types import SimpleNamespace
+
+    from constrain.engine.native import Trie
+    from constrain.engine.vocab import TokenTrie
+
+    trie = TokenTrie.build([b"a", b"ab", b"abc", b"b", b"ba", b"c", None, b"ca"])
+    names = ("byte", "depth", "subtree_end", "token_start", "tokens", "child_start", "children")
+    arrays = {n: np.array(getattr(trie, n)) for n in names}
+    Trie(SimpleNamespace(**arrays))  # the intact copy
+    name, index, value, message = _TRIE_FAULTS[fault]
+    with pytest.raises(ValueError, match=message):
+        Trie(SimpleNamespace(**_broken(arrays, name, index, value)))
