@@ -346,6 +346,7 @@ def test_a_malformed_trie_is_refused_at_the_boundary(fault):
     from types import SimpleNamespace
 
     from constrain.engine.native import Trie
+
     from constrain.engine.vocab import TokenTrie
 
     trie = TokenTrie.build([b"a", b"ab", b"abc", b"b", b"ba", b"c", None, b"ca"])

@@ -107,3 +107,27 @@ def test_trie_on_real_vocabulary(vocab):
         assert i in trie.tokens_at(np.array([node])).tolist()
         end = trie.subtree_end[node]
         assert (trie.depth[node + 1 : end] > trie.depth[node]).all()
+
+
+_TRIE_FIELDS = (
+    "byte", "depth", "parent", "subtree_end", "child_start", "children", "token_start", "tokens",
+    "node_of_token",
+)  # fmt: skip
+
+
+def test_a_restricted_trie_is_the_trie_built_from_the_kept_tokens(vocab):
+    """`restricted(keep)` gives, array for array, what `build` makes from the kept tokens'
+    bytes alone: random subsets of a real vocabulary and of a toy with duplicates, none and
+    all included."""
+    cases = [(vocab.texts, vocab.trie)]
+    toy = [b"a", b"ab", b"abc", b"b", None, b"ab", b"ba", b"\xff", b"abd", b"ab"]
+    cases.append((toy, TokenTrie.build(toy)))
+    rng = np.random.default_rng(7)
+    for (token_bytes, full), shares in zip(cases, [(0.0, 0.02, 0.5), (0.0, 0.3, 0.7, 1.0)]):
+        n = len(token_bytes)
+        for keep in [rng.random(n) < share for share in shares]:
+            built = TokenTrie.build([b if keep[i] else None for i, b in enumerate(token_bytes)])
+            got = full.restricted(keep)
+            for name in _TRIE_FIELDS:
+                a, b = getattr(built, name), getattr(got, name)
+                assert a.dtype == b.dtype and np.array_equal(a, b), name

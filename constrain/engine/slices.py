@@ -53,7 +53,6 @@ class VocabularySlices:
     """
 
     def __init__(self, vocab: Vocabulary, patterns: tuple[str, ...] = SLICE_PATTERNS):
-        self._token_bytes = tuple(b or None for b in vocab.texts)  # a tuple: the GC skips it
         self._owner = np.full(vocab.size, -1, dtype=np.int64)
         slices = []
         for k, pattern in enumerate(patterns):
@@ -64,7 +63,7 @@ class VocabularySlices:
             matched = matched[self._owner[matched] < 0]
             self._owner[matched] = k
             tokens = np.sort(matched)
-            texts = [self._token_bytes[t] for t in tokens.tolist()]
+            texts = [vocab.texts[t] for t in tokens.tolist()]
             lengths = np.array([len(t) for t in texts], dtype=np.int64)
             matrix = np.zeros((len(texts), int(lengths.max(initial=0))), dtype=np.uint8)
             for row, text in enumerate(texts):
@@ -104,9 +103,8 @@ class VocabularySlices:
         trie = self._tries.get(admitted)
         if trie is None:
             walked = np.array([not a for a in admitted] + [True])  # index -1: the rest
-            keep = walked[self._owner]
-            part = [b if keep[i] else None for i, b in enumerate(self._token_bytes)]
-            trie = self._tries[admitted] = TokenTrie.build(part)
+            full = self._tries[(False,) * len(self.slices)]
+            trie = self._tries[admitted] = full.restricted(walked[self._owner])
         return trie
 
 
