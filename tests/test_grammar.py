@@ -460,3 +460,53 @@ def test_mask_pieces_are_bounded_in_bytes_and_masks_unchanged(smollm_vocab: Voca
             assert np.array_equal(got, np.sort(fresh.token_ids(state_f, trie))), text[:cut]
     kept, everything = bounded._pieces[trie], fresh._pieces[trie]
     assert kept.bytes <= 8_000 < everything.bytes and len(kept) < len(everything)
+
+
+def test_a_dropped_constraint_is_freed_without_the_cycle_collector(smollm_vocab: Vocabulary):
+    """A constraint used for masks, checks, a token budget (its shortest completions), a fork
+    and a rollback leaves no reference cycle behind: dropping it frees it at once, instead of
+    leaving a graph of parser nodes for a full collection to free inside some later mask."""
+    import gc
+    import json
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
+            "b": {"type": "string", "pattern": "^x+$"},
+            "c": {"type": "object", "additionalProperties": {"type": "number"}},
+        },
+        "required": ["a", "b"],
+    }
+    value = {"c": {"k": 1.5, "j": 2}, "b": "xxx", "a": [1, 2, 3]}
+    tokens = smollm_vocab.encode_bytes(json.dumps(value, separators=(",", ":")).encode())
+
+    def use(max_tokens: int | None) -> bool:
+        grammar = cn.Grammar.from_json_schema(schema, any_order=True)
+        matcher = cn.Constraint(grammar, smollm_vocab).start(max_tokens=max_tokens)
+        for token in tokens:
+            matcher.bitmask()
+            assert matcher.check(token)
+            matcher.advance(token)
+        fork = matcher.fork()
+        fork.rollback(3)
+        fork.bitmask()
+        return matcher.accepting()
+
+    use(None), use(100)  # imports and module caches made on first use are not the point
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for max_tokens in (None, 100):
+            assert use(max_tokens)
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            gc.set_debug(0)
+            left = [type(o).__name__ for o in gc.garbage]
+            gc.garbage.clear()
+            assert left == [], (max_tokens, sorted(set(left)))
+    finally:
+        gc.set_debug(0)
+        if enabled:
+            gc.enable()

@@ -52,7 +52,7 @@ class Completions:
     """Shortest completions of a `CFGAutomaton`'s states (see the module docstring)."""
 
     def __init__(self, automaton):
-        self.automaton = automaton
+        self._automaton = weakref.ref(automaton)  # its owner (a strong one would be a cycle)
         parser = automaton.parser
         self.next_sym, self.lhs = parser.next_sym, parser.lhs
         self.start_nt = parser.lhs[0]
@@ -70,6 +70,10 @@ class Completions:
             ChartNode, dict[int, tuple[float, int, ChartNode | None]]
         ] = weakref.WeakKeyDictionary()
         self._endings: dict[int, list[tuple[int, bytes]]] = {}
+
+    @property
+    def automaton(self):
+        return self._automaton()
 
     # -- symbols ----------------------------------------------------------------------------
 

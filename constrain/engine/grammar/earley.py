@@ -62,6 +62,10 @@ class EarleyParser:
     def __init__(
         self, ir: GrammarIR, lexeme_ids: dict[str, int], *, max_items: int = MAX_ITEMS_HELD
     ):
+        self.max_items = max_items
+        self.items_held = 0  # items in the interned nodes
+        self.forgotten = 0  # times the interned nodes were forgotten
+        self._scanned: list[ChartNode] = []  # nodes whose scans were filled since then
         nts = sorted(ir.nonterminals() | {_SUPER_START})
         nt_id = {n: i for i, n in enumerate(nts)}
         rules = [(_SUPER_START, (ir.start,))] + [(r.lhs, r.rhs) for r in ir.rules]
@@ -88,10 +92,6 @@ class EarleyParser:
         self._first_dotted = first_dotted
         self._predict: list[tuple[dict[tuple, None], frozenset[int]] | None] = [None] * len(nts)
         self._interned: dict[frozenset, ChartNode] = {}
-        self.max_items = max_items
-        self.items_held = 0  # items in the interned nodes
-        self.forgotten = 0  # times the interned nodes were forgotten
-        self._scanned: list[ChartNode] = []  # nodes whose scans were filled since then
         self.root = self._close([], predict=nt_id[_SUPER_START])
 
     def _nullable(self, rules, nt_id) -> list[bool]:
@@ -156,6 +156,13 @@ class EarleyParser:
             accepts = any(d == self.accept_item for d, _ in items)
             node = self._interned[key] = ChartNode(tuple(items), expected, accepts)
         return node
+
+    def __del__(self) -> None:
+        # nodes refer to each other in cycles (a node's scans lead to nodes whose items point
+        # back to it as their origin): cut them, so the nodes are freed now by reference
+        # counting, not later by a full collection inside whichever mask it interrupts
+        for node in self._scanned:
+            node.scans = {}
 
     def _forget(self) -> None:
         """Drop the interned nodes and every scan remembered since the last time (which may
