@@ -275,7 +275,7 @@ def test_special_tokens_must_exist_and_not_be_eos(smollm_vocab: Vocabulary):
 def test_bounded_and_unbounded_repetition_in_the_ir():
     from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule, repeat
 
-    rules = [Rule("start", ("few", "SEP", "many"))]
+    rules: list[Rule] = [("start", ("few", "SEP", "many"))]
     repeat(rules, "few", ["A"], 2, 4)
     repeat(rules, "many", ["B", "A"], 1, None)
     lexemes = {

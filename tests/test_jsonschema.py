@@ -806,7 +806,7 @@ def _ir_text(schema) -> tuple:
 
     ir, _ = compile_schema(schema)
     return (
-        tuple((r.lhs, r.rhs) for r in ir.rules),
+        tuple(ir.rules),
         tuple((name, lexeme.pattern) for name, lexeme in ir.lexemes.items()),
     )
 

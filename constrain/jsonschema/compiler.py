@@ -122,7 +122,7 @@ class _Emitter:
 
     def add(self, lhs: str, rhs: tuple[str, ...]) -> None:
         burn(4 + 4 * len(rhs))  # the active fuel: a rule and the names it was built with
-        self.rules.append(Rule(lhs, rhs))
+        self.rules.append((lhs, rhs))
         self.defined.add(lhs)
         if len(self.rules) > self.max_rules:
             raise _TooManyRules(

@@ -68,7 +68,7 @@ def grammar_from_structural_tag(text: str, *, whitespace: str = "natural") -> Gr
                                  "structural_tag")  # fmt: skip
     builder = _Builder(whitespace)
     start = builder.format(tag.get("format"), "format", at_end=True)
-    ir = GrammarIR("start", [Rule("start", (start,)), *builder.rules], builder.lexemes,
+    ir = GrammarIR("start", [("start", (start,)), *builder.rules], builder.lexemes,
                    source="<structural tag>")  # fmt: skip
     return Grammar.from_ir(ir, kind="structural_tag")
 
@@ -94,7 +94,7 @@ class _Builder:
 
     def rule(self, *alternatives: tuple[str, ...]) -> str:
         name = self.fresh("f")
-        self.rules.extend(Rule(name, tuple(rhs)) for rhs in alternatives)
+        self.rules.extend((name, tuple(rhs)) for rhs in alternatives)
         return name
 
     def literal(self, text: str) -> tuple[str, ...]:
@@ -171,7 +171,7 @@ class _Builder:
             self.lexemes[renamed[name]] = dataclasses.replace(lexeme, name=renamed[name],
                                                               keyword_of=keywords)  # fmt: skip
         symbol = lambda s: renamed.get(s) or prefix + s  # noqa: E731
-        self.rules.extend(Rule(symbol(r.lhs), tuple(symbol(s) for s in r.rhs)) for r in ir.rules)
+        self.rules.extend((symbol(lhs), tuple(map(symbol, rhs))) for lhs, rhs in ir.rules)
         return symbol(ir.start)
 
     def _sequence(self, node, where, at_end):

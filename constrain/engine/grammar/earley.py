@@ -68,7 +68,7 @@ class EarleyParser:
         self._scanned: list[ChartNode] = []  # nodes whose scans were filled since then
         nts = sorted(ir.nonterminals() | {_SUPER_START})
         nt_id = {n: i for i, n in enumerate(nts)}
-        rules = [(_SUPER_START, (ir.start,))] + [(r.lhs, r.rhs) for r in ir.rules]
+        rules = [(_SUPER_START, (ir.start,)), *ir.rules]
         next_sym: list[int | None] = []  # per dotted rule: nt id >= 0, ~lexeme id, None: done
         lhs_of: list[int] = []
         first_dotted: dict[int, list[int]] = {i: [] for i in range(len(nts))}
@@ -89,7 +89,7 @@ class EarleyParser:
         # everything predicting nonterminal A adds: its items (all with origin None, i.e. the
         # node itself, as dict keys so a closure merges them in one update) and nonterminals;
         # computed on first use (a left-nested chain of n rules has closures of total size n^2)
-        self._first_dotted = first_dotted
+        self._first_dotted = tuple(tuple(first_dotted[a]) for a in range(len(nts)))  # (untracked)
         self._predict: list[tuple[dict[tuple, None], frozenset[int]] | None] = [None] * len(nts)
         self._interned: dict[frozenset, ChartNode] = {}
         self.root = self._close([], predict=nt_id[_SUPER_START])

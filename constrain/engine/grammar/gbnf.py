@@ -836,7 +836,7 @@ class _Translator:
         return GrammarIR(start, self.rules, self.lexemes, [], source=self.grammar.text)
 
     def add(self, lhs: str, rhs: tuple[str, ...]) -> None:
-        self.rules.append(Rule(lhs, rhs))
+        self.rules.append((lhs, rhs))
         self._check_size()
 
     def _check_size(self) -> None:
@@ -1095,7 +1095,7 @@ def _bytes_after(ir: GrammarIR, firsts: dict[str, int]) -> dict[str, int]:
     """Per lexeme, the first bytes of the lexemes that may follow it (FOLLOW, as bytes): FIRST
     and FOLLOW sets of bytes propagated along the rules (`firsts`: each lexeme's first bytes;
     a special token has none, and the end of the text adds nothing)."""
-    pairs = [(r.lhs, r.rhs) for r in ir.rules]
+    pairs = ir.rules
     nullable = derivable(pairs, ()) - set(ir.lexemes)
     first = {sym: firsts.get(sym, 0) for sym in ir.lexemes}
     starts: dict[str, set[str]] = {}  # sym -> the left-hand sides it may start

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -111,14 +111,11 @@ def token_id_reference(special: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-class Rule(NamedTuple):
-    """``lhs -> rhs``: one alternative of the nonterminal `lhs` (an empty rhs derives "").
-
-    A named tuple: one small object per rule, as grammars compiled from large schemas hold
-    hundreds of thousands of them."""
-
-    lhs: str
-    rhs: tuple[str, ...]
+# ``(lhs, rhs)``: one alternative of the nonterminal `lhs` (an empty rhs derives ""). A plain
+# tuple: grammars compiled from large schemas hold hundreds of thousands of rules, and the
+# collector untracks a plain tuple of strings (never a named one), so they cost no full
+# collection any time (tens of milliseconds inside whichever mask it interrupts)
+Rule = tuple[str, tuple[str, ...]]
 
 
 @dataclass
@@ -132,7 +129,7 @@ class GrammarIR:
     source: str = ""
 
     def nonterminals(self) -> set[str]:
-        return {r.lhs for r in self.rules}
+        return {lhs for lhs, _ in self.rules}
 
     def validated(self) -> GrammarIR:
         """A copy with unknown symbols reported, useless rules pruned and emptiness checked.
@@ -145,16 +142,16 @@ class GrammarIR:
         if self.start not in nonterminals:
             raise GrammarError(f"the start rule {self.start!r} is not defined")
         used = set()
-        for rule in self.rules:  # the active fuel: a unit per rule and symbol, as they go
-            burn(1 + len(rule.rhs))  # (so a long pass still gives way, see `Fuel.pause`)
-            used.update(rule.rhs)
+        for _, rhs in self.rules:  # the active fuel: a unit per rule and symbol, as they go
+            burn(1 + len(rhs))  # (so a long pass still gives way, see `Fuel.pause`)
+            used.update(rhs)
         unknown = used - nonterminals - self.lexemes.keys()
         if unknown:
-            for rule in self.rules:
-                for sym in rule.rhs:
+            for lhs, rhs in self.rules:
+                for sym in rhs:
                     if sym in unknown:
                         kind = "terminal" if sym.isupper() else "rule"
-                        raise GrammarError(f"unknown {kind} {sym!r} used in rule {rule.lhs!r}")
+                        raise GrammarError(f"unknown {kind} {sym!r} used in rule {lhs!r}")
         for name in self.ignore:
             if name not in self.lexemes:
                 raise GrammarError(f"%ignore names unknown terminal {name!r}")
@@ -174,7 +171,7 @@ class GrammarIR:
                     f"that use it instead (e.g. X? or X*)"
                 )
             live_lexemes.add(name)
-        productive = derivable(((r.lhs, r.rhs) for r in self.rules), live_lexemes)
+        productive = derivable(self.rules, live_lexemes)
         if self.start not in productive:
             raise GrammarError(
                 f"the grammar's language is empty: rule {self.start!r} derives no finite text"
@@ -182,18 +179,18 @@ class GrammarIR:
         rules: list[Rule] = []
         by_lhs: dict[str, list[Rule]] = {}
         for r in self.rules:
-            if r.lhs in productive and productive.issuperset(r.rhs):
+            if r[0] in productive and productive.issuperset(r[1]):
                 rules.append(r)
-                by_lhs.setdefault(r.lhs, []).append(r)
+                by_lhs.setdefault(r[0], []).append(r)
         reachable, stack = {self.start}, [self.start]
         while stack:
             burn(1)
-            for r in by_lhs.get(stack.pop(), []):
-                for s in r.rhs:
+            for _, rhs in by_lhs.get(stack.pop(), []):
+                for s in rhs:
                     if s not in reachable:
                         reachable.add(s)
                         stack.append(s)
-        rules = [r for r in rules if r.lhs in reachable]
+        rules = [r for r in rules if r[0] in reachable]
         ignore = [i for i in self.ignore if i in live_lexemes]
         lexemes = {n: lx for n, lx in self.lexemes.items() if n in reachable or n in ignore}
         return GrammarIR(self.start, rules, lexemes, ignore, self.source)
@@ -245,20 +242,20 @@ def repeat(rules: list[Rule], name: str, item: Sequence[str], low: int, high: in
         raise GrammarError(f"repetition of {name} has minimum {low} above maximum {high}")
     if high is None:
         tail = f"{name}__more"
-        rules.append(Rule(tail, ()))
-        rules.append(Rule(tail, (tail, *item)))
-        rules.append(Rule(name, item * low + (tail,)))
+        rules.append((tail, ()))
+        rules.append((tail, (tail, *item)))
+        rules.append((name, item * low + (tail,)))
         return name
     if high == low:
-        rules.append(Rule(name, item * low))
+        rules.append((name, item * low))
         return name
     more = f"{name}__upto{high - low}"  # 0..high-low copies
-    rules.append(Rule(more, ()))
+    rules.append((more, ()))
     prev: tuple[str, ...] = ()
     for j in range(1, high - low + 1):
         exactly = f"{name}__exactly{j}"
-        rules.append(Rule(exactly, prev + item))
-        rules.append(Rule(more, (exactly,)))
+        rules.append((exactly, prev + item))
+        rules.append((more, (exactly,)))
         prev = (exactly,)
-    rules.append(Rule(name, item * low + (more,)))
+    rules.append((name, item * low + (more,)))
     return name

@@ -35,7 +35,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from constrain import datadirs
-from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule
+from constrain.engine.grammar.ir import GrammarIR, Lexeme
 from constrain.engine.grammar.keywords import mark_keywords
 from constrain.engine.regex import compile_regex, syntax_chars
 from constrain.errors import Abandoned, GrammarError, RegexError, WorkLimitError
@@ -310,7 +310,7 @@ def ir_from_lark(
                     f"terminal {sym.name} (used in rule {rule.origin.name!r}) is declared but has no "
                     f"pattern; map it to a special token with special_tokens={{{sym.name!r}: '<|...|>'}}"
                 )
-        ir_rules.append(Rule(str(rule.origin.name), rhs))
+        ir_rules.append((str(rule.origin.name), rhs))
     return GrammarIR(start, ir_rules, mark_keywords(lexemes), list(ignore), source=text)
 
 

@@ -31,7 +31,7 @@ def _first_follow(ir: GrammarIR) -> tuple[dict[str, set[str]], set[str], dict[st
 
     Both are inclusions between sets (FIRST(sym) <= FIRST(lhs) where sym may start lhs; FOLLOW
     along the rules), solved by propagating along those edges from a worklist."""
-    pairs = [(r.lhs, r.rhs) for r in ir.rules]
+    pairs = ir.rules
     nullable = derivable(pairs, ()) - set(ir.lexemes)
     first: dict[str, set[str]] = {t: {t} for t in ir.lexemes}
     starts: dict[str, set[str]] = {}  # sym -> the left-hand sides it may start
@@ -77,17 +77,17 @@ def check_lexeme_ends(ir: GrammarIR) -> None:
     """Raise GrammarError naming a terminal that longest-match lexing can never end."""
     first, nullable, follow = _first_follow(ir)
     checked: set[tuple[str, frozenset[str]]] = set()
-    for rule in ir.rules:
-        for i, name in enumerate(rule.rhs):
+    for lhs, rhs in ir.rules:
+        for i, name in enumerate(rhs):
             if name not in ir.lexemes:
                 continue
             after = set(ir.ignore)  # what may come right after this occurrence
-            for sym in rule.rhs[i + 1 :]:
+            for sym in rhs[i + 1 :]:
                 after |= first[sym]
                 if sym not in nullable:
                     break
             else:
-                after |= follow[rule.lhs]
+                after |= follow[lhs]
             key = (name, frozenset(after))
             if key not in checked:
                 checked.add(key)

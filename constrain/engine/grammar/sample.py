@@ -78,7 +78,7 @@ def random_text(ir: GrammarIR, rng: np.random.Generator, max_depth: int = 8) -> 
     """A random sentence of the grammar (a validated IR: every rule is productive)."""
     by_lhs: dict[str, list[tuple[str, ...]]] = {}
     for rule in ir.rules:
-        by_lhs.setdefault(rule.lhs, []).append(rule.rhs)
+        by_lhs.setdefault(rule[0], []).append(rule[1])
     height = {name: 0 for name in ir.lexemes}
     changed = True
     while changed:
