@@ -263,6 +263,7 @@ class CFGAutomaton:
 
 
 def _piece_bytes(piece: Piece) -> int:
+    """What a piece holds, for its cache's byte bound: its arrays, and a little per object."""
     return 64 + piece.tokens.nbytes + sum(64 + nodes.nbytes for _, nodes in piece.groups)
 
 
