@@ -59,10 +59,8 @@ class ChartNode:
 class EarleyParser:
     """The grammar compiled to dotted rules; builds and interns `ChartNode`s."""
 
-    def __init__(
-        self, ir: GrammarIR, lexeme_ids: dict[str, int], *, max_items: int = MAX_ITEMS_HELD
-    ):
-        self.max_items = max_items
+    def __init__(self, ir: GrammarIR, lexeme_ids: dict[str, int]):
+        self.max_items = MAX_ITEMS_HELD
         self.items_held = 0  # items in the interned nodes
         self.forgotten = 0  # times the interned nodes were forgotten
         self._scanned: list[ChartNode] = []  # nodes whose scans were filled since then
@@ -161,15 +159,17 @@ class EarleyParser:
         # nodes refer to each other in cycles (a node's scans lead to nodes whose items point
         # back to it as their origin): cut them, so the nodes are freed now by reference
         # counting, not later by a full collection inside whichever mask it interrupts
-        for node in self._scanned:
-            node.scans = {}
+        self._drop_scans()
 
-    def _forget(self) -> None:
-        """Drop the interned nodes and every scan remembered since the last time (which may
-        start in an older node still in use), see the module docstring."""
+    def _drop_scans(self) -> None:
+        """Empty every node's scans filled since the last time (old nodes' too)."""
         for node in self._scanned:
             node.scans = {}
         self._scanned = []
+
+    def _forget(self) -> None:
+        """Drop the interned nodes and the scans remembered (see the module docstring)."""
+        self._drop_scans()
         self._interned = {}
         self.items_held = 0
         self.forgotten += 1
