@@ -77,11 +77,20 @@ test-slow: $(VENV)/.dev
 SANITIZER_ENV := LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(g++ -print-file-name=libstdc++.so)" \
 	ASAN_OPTIONS=detect_leaks=0 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+# then rebuilt with ThreadSanitizer for the batch fill's tests (threads without the GIL)
+TSAN_ENV := LD_PRELOAD="$$(g++ -print-file-name=libtsan.so) $$(g++ -print-file-name=libstdc++.so)" \
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/native/tsan.supp"
 test-sanitize: $(VENV)/.dev
 	CONSTRAIN_SANITIZE=1 $(BIN)/python setup.py -q build_ext --inplace --force
 	$(SANITIZER_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider \
 		tests/test_native.py tests/test_native_fuzz.py; \
-	status=$$?; $(BIN)/python setup.py -q build_ext --inplace --force; exit $$status
+	status=$$?; \
+	if [ $$status = 0 ]; then \
+		CONSTRAIN_SANITIZE=thread $(BIN)/python setup.py -q build_ext --inplace --force && \
+		$(TSAN_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider -k batch tests/test_native.py; \
+		status=$$?; \
+	fi; \
+	$(BIN)/python setup.py -q build_ext --inplace --force; exit $$status
 
 # plots of the benchmark reports
 $(VENV)/.bench: $(VENV)/.dev

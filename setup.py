@@ -6,11 +6,23 @@ import os
 from pybind11.setup_helpers import Pybind11Extension, build_ext
 from setuptools import setup
 
-SOURCES = ["native/counted.cpp", "native/escapes.cpp", "native/lexer.cpp", "native/trie.cpp", "native/module.cpp"]
-# CONSTRAIN_SANITIZE=1 builds with AddressSanitizer and UndefinedBehaviorSanitizer (make
-# test-sanitize)
-SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-g"]
-sanitize = os.environ.get("CONSTRAIN_SANITIZE") == "1"
+SOURCES = [
+    "native/cfg.cpp",
+    "native/counted.cpp",
+    "native/earley.cpp",
+    "native/escapes.cpp",
+    "native/lexer.cpp",
+    "native/masks.cpp",
+    "native/trie.cpp",
+    "native/module.cpp",
+]
+# CONSTRAIN_SANITIZE=1 builds with AddressSanitizer and UndefinedBehaviorSanitizer, =thread with
+# ThreadSanitizer (make test-sanitize)
+SANITIZERS = {
+    "1": ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-g"],
+    "thread": ["-fsanitize=thread", "-fno-omit-frame-pointer", "-g"],
+}
+SANITIZE = SANITIZERS.get(os.environ.get("CONSTRAIN_SANITIZE", ""), [])
 
 
 class AtomicBuildExt(build_ext):
@@ -28,12 +40,15 @@ native = Pybind11Extension(
     "constrain.engine.native",
     SOURCES,
     cxx_std=17,
-    extra_compile_args=["-O2", *(SANITIZE if sanitize else [])],
-    extra_link_args=SANITIZE if sanitize else [],
+    extra_compile_args=["-O2", *SANITIZE],
+    extra_link_args=SANITIZE,
     depends=[
         "native/admits.hpp",
+        "native/cfg.hpp",
+        "native/earley.hpp",
         "native/escapes.hpp",
         "native/lexer.hpp",
+        "native/masks.hpp",
         "native/trie.hpp",
         "native/json_keys.hpp",
         "native/json_keys_impl.hpp",

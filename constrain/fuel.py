@@ -28,7 +28,7 @@ from contextvars import ContextVar
 
 from constrain.errors import Abandoned, WorkLimitError
 
-__all__ = ["Fuel", "burn", "stage"]
+__all__ = ["Fuel", "burn", "stage", "units_left"]
 
 _ACTIVE: ContextVar[Fuel | None] = ContextVar("constrain_fuel", default=None)
 _CLOCK_EVERY = 1024  # units burnt between two looks at the wall clock
@@ -122,6 +122,13 @@ def burn(units: int = 1) -> None:
     fuel = _ACTIVE.get()
     if fuel is not None:
         fuel.burn(units)
+
+
+def units_left() -> int | None:
+    """The units the active fuel has left (None: no fuel is active), for work done where
+    `burn` cannot be called (native code meters itself and settles after)."""
+    fuel = _ACTIVE.get()
+    return None if fuel is None else max(fuel.left, 0)
 
 
 @contextlib.contextmanager

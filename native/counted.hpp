@@ -62,6 +62,7 @@ public:
     size_t n_states() const { return keys_.size(); }
     int n_classes() const { return int(byte_of_class_.size()); }
     int32_t start() const { return start_; }
+    bool bounded() const { return high_ >= 0; }  // has a maximum length
 
 private:
     struct Key {

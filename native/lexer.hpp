@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -93,6 +94,9 @@ public:
     const std::array<int32_t, 256>& classes() const { return classes_; }
     const std::vector<int>& tag_set(int32_t tag) const { return tag_sets_[tag]; }
     Combo key(int32_t state) const;  // the (lexeme, DFA state) pairs alive
+    // The grammar's lock: held by every call from outside C++ into this lexer or the parser,
+    // automaton and masks built on it (their state is filled lazily, from several threads).
+    std::mutex& mutex() const { return mutex_; }
 
 private:
     int32_t intern(const Combo& combo);
@@ -112,6 +116,7 @@ private:
     std::map<std::vector<int>, int32_t> tag_index_;
     std::vector<uint8_t> can_end_;  // n_tags x 256
     std::map<std::vector<int>, int32_t> starts_;
+    mutable std::mutex mutex_;
 };
 
 }  // namespace constrain

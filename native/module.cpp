@@ -3,9 +3,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <unordered_map>
 
 #include "admits.hpp"
+#include "cfg.hpp"
+#include "masks.hpp"
 #include "json_keys.hpp"
 #include "lexer.hpp"
 #include "trie.hpp"
@@ -14,6 +17,13 @@ namespace py = pybind11;
 using namespace constrain;
 
 namespace {
+
+// The grammar's lock for one call from Python (see Lexer::mutex). Code holding it never
+// takes the GIL (batch workers run without it), so waiting for it with the GIL is safe.
+struct Hold {
+    std::lock_guard<std::mutex> lock;
+    explicit Hold(const Lexer& lexer) : lock(lexer.mutex()) {}
+};
 
 template <typename T>
 using Array = py::array_t<T, py::array::c_style | py::array::forcecast>;
@@ -235,15 +245,328 @@ py::array_t<int64_t> json_key_refusals(const TokenTexts& texts, const Array<int6
     return to_array(std::move(refused));
 }
 
+
+// A chart node's items for Python: (dotted rule, origin node or None: the node itself).
+py::list items_of(const ChartNode& node) {
+    py::list out;
+    for (const Item& item : node.items) {
+        py::object origin = py::none();
+        if (item.origin) origin = py::cast(item.origin->shared_from_this());
+        out.append(py::make_tuple(item.dotted, origin));
+    }
+    return out;
+}
+
+// The parser's dotted rules, checked (see DottedRules::validate).
+DottedRules rules_from(const Array<int32_t>& next_sym, const Array<int32_t>& lhs,
+                       const py::list& nullable, const py::list& first_dotted, int32_t start) {
+    DottedRules rules;
+    rules.next_sym = to_vector(next_sym);
+    rules.lhs = to_vector(lhs);
+    for (const py::handle& flag : nullable) rules.nullable.push_back(flag.cast<bool>());
+    for (const py::handle& first : first_dotted)
+        rules.first_dotted.push_back(first.cast<std::vector<int32_t>>());
+    rules.start = start;
+    try {
+        rules.validate();
+    } catch (const std::invalid_argument& e) {
+        throw py::value_error(e.what());
+    }
+    return rules;
+}
+
+NodeRef node_given(const NodeRef& node) {
+    if (!node) throw py::value_error("a chart node is required, not None");
+    return node;
+}
+
+int32_t lexer_state_given(CFGCore& core, int32_t s) {
+    if (s < 0 || size_t(s) >= core.lexer().n_states()) throw py::value_error("state out of range");
+    return s;
+}
+
+void bind_cfg(py::module_& m) {
+    py::class_<Meter>(m, "Meter", "Units of work a native call may spend; `used` after it.")
+        .def(py::init([](int64_t left) { return Meter{left, 0}; }), py::arg("left"))
+        .def_readonly("used", &Meter::used)
+        .def_readonly("left", &Meter::left);
+
+    py::class_<ChartNode, NodeRef>(m, "ChartNode", "One interned Earley set (see earley.py).")
+        .def_property_readonly("items", &items_of)
+        .def_property_readonly("expected",
+                               [](const ChartNode& n) {
+                                   return py::frozenset(py::cast(n.expected));
+                               })
+        .def_readonly("accepts", &ChartNode::accepts)
+        .def_readonly("serial", &ChartNode::serial)
+        .def_property_readonly("lexer_start",
+                               [](const ChartNode& n) -> py::object {
+                                   int32_t start = n.lexer_start.load();
+                                   return start < 0 ? py::none() : py::cast(start);
+                               })
+        .def("__hash__", [](const ChartNode& n) { return std::hash<const void*>()(&n); })
+        .def("__eq__", [](const ChartNode& a, const py::object& b) {
+            return py::isinstance<ChartNode>(b) && &a == b.cast<const ChartNode*>();
+        })
+        .def("__repr__", [](const ChartNode& n) {
+            return "ChartNode(items=" + std::to_string(n.items.size()) + ", native)";
+        });
+
+
+    py::class_<Slices, std::shared_ptr<Slices>>(m, "Slices", "A vocabulary's slices (slices.py).")
+        .def(py::init([](const py::list& languages, const py::list& bitmasks,
+                         const py::list& within, size_t n_words) {
+                 // languages: (DFATable, start, infinite) per slice
+                 auto out = std::make_shared<Slices>();
+                 out->n_words = n_words;
+                 for (const py::handle& spec : languages) {
+                     auto t = spec.cast<py::tuple>();
+                     if (t.size() != 3) throw py::value_error("a slice is (table, start, infinite)");
+                     out->languages.push_back(t[0].cast<DFATable>());
+                     out->starts.push_back(t[1].cast<int32_t>());
+                     out->infinite.push_back(t[2].cast<bool>());
+                 }
+                 for (const py::handle& words : bitmasks) {
+                     auto a = words.cast<Array<int32_t>>();
+                     out->bitmasks.emplace_back(a.size());
+                     std::memcpy(out->bitmasks.back().data(), a.data(), size_t(a.size()) * 4);
+                 }
+                 for (const py::handle& holders : within)
+                     out->within.push_back(holders.cast<std::vector<int>>());
+                 try {
+                     out->validate();
+                 } catch (const std::invalid_argument& e) {
+                     throw py::value_error(e.what());
+                 }
+                 return out;
+             }),
+             py::arg("languages"), py::arg("bitmasks"), py::arg("within"), py::arg("n_words"));
+
+    py::class_<MaskFiller>(m, "MaskFiller", "A grammar's whole masks over one vocabulary.")
+        .def(py::init([](std::shared_ptr<CFGCore> core, std::shared_ptr<Slices> slices,
+                         std::vector<std::pair<int32_t, int64_t>> specials,
+                         std::vector<int64_t> eos, size_t max_pairs, size_t max_entries,
+                         size_t max_bytes) {
+                 try {
+                     return std::make_unique<MaskFiller>(std::move(core), std::move(slices),
+                                                         std::move(specials), std::move(eos),
+                                                         max_pairs, max_entries, max_bytes);
+                 } catch (const std::invalid_argument& e) {
+                     throw py::value_error(e.what());
+                 }
+             }),
+             py::arg("core"), py::arg("slices"), py::arg("specials"), py::arg("eos"),
+             py::arg("max_pairs"), py::arg("max_piece_entries"), py::arg("max_piece_bytes"))
+        .def(
+            "fill",
+            [](MaskFiller& f, const NodeRef& node, int32_t s, py::array_t<int32_t> row,
+               Meter& meter) {
+                Hold hold(f.core().lexer());
+                node_given(node);
+                lexer_state_given(f.core(), s);
+                if (row.ndim() != 1 || size_t(row.shape(0)) != f.n_words() ||
+                    !(row.flags() & py::array::c_style) || !row.writeable())
+                    throw py::value_error("the row must be a writable int32 array of n_words");
+                bool any = false;
+                int64_t missing = f.fill(node, s, reinterpret_cast<uint32_t*>(row.mutable_data()),
+                                         any, meter);
+                return py::make_tuple(missing, any);
+            },
+            py::arg("node"), py::arg("s"), py::arg("row"), py::arg("meter"),
+            "Set the allowed tokens' bits in `row` (zeroed by the caller): (-1 or the slice "
+            "combination whose trie is missing, whether a bit is set).")
+        .def(
+            "add_trie",
+            [](MaskFiller& f, uint32_t combination, std::shared_ptr<Trie> trie) {
+                Hold hold(f.core().lexer());
+                try {
+                    f.add_trie(combination, std::move(trie));
+                } catch (const std::invalid_argument& e) {
+                    throw py::value_error(e.what());
+                }
+            },
+            py::arg("combination"), py::arg("trie"))
+        .def_property_readonly("piece_bytes", [](MaskFiller& f) {
+            Hold hold(f.core().lexer());
+            return f.pieces().bytes();
+        });
+
+    m.def(
+        "fill_batch",
+        [](const py::list& jobs, py::array_t<int32_t> out, int threads) {
+            if (out.ndim() != 2 || !(out.flags() & py::array::c_style) || !out.writeable())
+                throw py::value_error("the bitmask must be a writable C-ordered 2-D int32 array");
+            std::vector<FillJob> batch;
+            std::vector<py::object> keep;  // the fillers, alive while the batch runs
+            std::vector<uint8_t> taken(size_t(out.shape(0)), 0);
+            for (const py::handle& spec : jobs) {
+                auto t = spec.cast<py::tuple>();
+                if (t.size() != 4) throw py::value_error("a job is (filler, node, s, row)");
+                FillJob job;
+                keep.push_back(py::reinterpret_borrow<py::object>(t[0]));
+                job.filler = t[0].cast<MaskFiller*>();
+                job.node = node_given(t[1].cast<NodeRef>());
+                job.s = t[2].cast<int32_t>();
+                auto r = t[3].cast<py::ssize_t>();
+                if (r < 0 || r >= out.shape(0)) throw py::value_error("a job's row is out of range");
+                if (taken[size_t(r)]++) throw py::value_error("two jobs fill the same row");
+                if (size_t(out.shape(1)) != job.filler->n_words())
+                    throw py::value_error("the bitmask's rows must have the vocabulary's words");
+                job.row = reinterpret_cast<uint32_t*>(out.mutable_data(r, 0));
+                batch.push_back(std::move(job));
+            }
+            {
+                py::gil_scoped_release release;
+                fill_batch(batch, threads);
+            }
+            py::list results;
+            for (FillJob& job : batch) {
+                if (job.error) std::rethrow_exception(job.error);
+                results.append(py::make_tuple(job.missing, job.any));
+            }
+            return results;
+        },
+        py::arg("jobs"), py::arg("out"), py::arg("threads"),
+        "Fill row `row` of `out` (zeroed) for each (filler, node, s, row), on `threads` "
+        "threads without the GIL: (missing slice combination or -1, any bit set) per job.");
+
+    m.def("chart_nodes_alive", [] { return ChartNode::alive.load(); },
+          "Native chart nodes in existence (every parser's, for leak tests).");
+
+    py::class_<PieceCache>(m, "PieceCache", "A grammar's mask pieces over one trie (bounded).")
+        .def(py::init<size_t, size_t>(), py::arg("max_entries"), py::arg("max_bytes"))
+        .def("__len__", &PieceCache::size)
+        .def_property_readonly("bytes", &PieceCache::bytes)
+        .def_readwrite("max_bytes", &PieceCache::max_bytes_);
+
+    py::class_<CFGCore, std::shared_ptr<CFGCore>>(m, "CFGCore", "A grammar's lexer driving its Earley parser (cfg.hpp).")
+        .def(py::init([](std::shared_ptr<Lexer> lexer, const Array<int32_t>& next_sym,
+                         const Array<int32_t>& lhs, const py::list& nullable,
+                         const py::list& first_dotted, int32_t start,
+                         const std::vector<int32_t>& ignore, const std::vector<int32_t>& specials,
+                         size_t max_items, Meter& meter) {
+                 try {
+                     return std::make_shared<CFGCore>(
+                         std::move(lexer), rules_from(next_sym, lhs, nullable, first_dotted, start),
+                         ignore, specials, max_items, meter);
+                 } catch (const std::invalid_argument& e) {
+                     throw py::value_error(e.what());
+                 }
+             }),
+             py::arg("lexer"), py::arg("next_sym"), py::arg("lhs"), py::arg("nullable"),
+             py::arg("first_dotted"), py::arg("start"), py::arg("ignore"), py::arg("specials"),
+             py::arg("max_items"), py::arg("meter"))
+        .def_property_readonly("root", [](CFGCore& c) { return c.parser().root(); })
+        .def_property(
+            "max_items",
+            [](CFGCore& c) {
+                Hold hold(c.lexer());
+                return c.parser().max_items;
+            },
+            [](CFGCore& c, size_t n) {
+                Hold hold(c.lexer());
+                c.parser().max_items = n;
+            })
+        .def_property_readonly("items_held",
+                               [](CFGCore& c) {
+                                   Hold hold(c.lexer());
+                                   return c.parser().items_held;
+                               })
+        .def_property_readonly("forgotten",
+                               [](CFGCore& c) {
+                                   Hold hold(c.lexer());
+                                   return c.parser().forgotten;
+                               })
+        .def_property_readonly("n_nodes", [](CFGCore& c) {
+            Hold hold(c.lexer());
+            return c.parser().n_nodes();
+        })
+        .def(
+            "scan",
+            [](CFGCore& c, const NodeRef& node, std::vector<int32_t> lexemes, Meter& meter) {
+                Hold hold(c.lexer());
+                std::sort(lexemes.begin(), lexemes.end());
+                lexemes.erase(std::unique(lexemes.begin(), lexemes.end()), lexemes.end());
+                return c.parser().scan(node_given(node), lexemes, meter);
+            },
+            py::arg("node"), py::arg("lexemes"), py::arg("meter"))
+        .def(
+            "waiting",
+            [](CFGCore& c, const NodeRef& node) {
+                py::dict out;
+                node_given(node);
+                for (const Item& item : node->items) {
+                    int32_t sym = c.parser().rules().next_sym[size_t(item.dotted)];
+                    if (sym < 0) continue;
+                    py::object origin = py::none();
+                    if (item.origin) origin = py::cast(item.origin->shared_from_this());
+                    py::object key = py::cast(sym);
+                    if (!out.contains(key)) out[key] = py::list();
+                    out[key].cast<py::list>().append(py::make_tuple(item.dotted, origin));
+                }
+                return out;
+            },
+            py::arg("node"), "The node's items grouped by the nonterminal after their dot.")
+        .def(
+            "start_of",
+            [](CFGCore& c, const NodeRef& node) {
+                Hold hold(c.lexer());
+                return c.start_of(*node_given(node));
+            },
+            py::arg("node"))
+        .def(
+            "end",
+            [](CFGCore& c, const NodeRef& node, int32_t tag, Meter& meter) {
+                Hold hold(c.lexer());
+                if (tag < 0 || size_t(tag) >= c.lexer().n_tags())
+                    throw py::value_error("tag out of range");
+                return c.end(node_given(node), tag, meter);
+            },
+            py::arg("node"), py::arg("tag"), py::arg("meter"))
+        .def(
+            "step",
+            [](CFGCore& c, NodeRef node, int32_t s, const py::bytes& data,
+               Meter& meter) -> py::object {
+                Hold hold(c.lexer());
+                node_given(node);
+                lexer_state_given(c, s);
+                std::string_view text = data;
+                if (!c.step(node, s, reinterpret_cast<const uint8_t*>(text.data()), text.size(),
+                            meter))
+                    return py::none();
+                return py::make_tuple(node, s);
+            },
+            py::arg("node"), py::arg("s"), py::arg("data"), py::arg("meter"),
+            "The state after `data`, or None once no continuation is in the language.")
+        .def(
+            "tokens",
+            [](CFGCore& c, const NodeRef& node, int32_t s, const Trie& trie, PieceCache& cache,
+               Meter& meter) {
+                Hold hold(c.lexer());
+                node_given(node);
+                lexer_state_given(c, s);
+                std::vector<int32_t> out;
+                c.walk(node, s, trie, 0, cache, meter, [&out](const std::vector<int32_t>& found) {
+                    out.insert(out.end(), found.begin(), found.end());
+                });
+                return to_array(std::move(out));
+            },
+            py::arg("node"), py::arg("s"), py::arg("trie"), py::arg("cache"), py::arg("meter"),
+            "The tokens whose bytes keep the state live (repeats possible).");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(native, m) {
     m.doc() = "The native engine core: the lexer's product DFA, the vocabulary trie walks, JSON key checks.";
     // the module attribute keeps the type alive for the translator below
     static PyObject* limit_type = py::exception<LexerLimit>(m, "LexerLimit").ptr();
+    static PyObject* out_of_fuel = py::exception<OutOfFuel>(m, "OutOfFuel").ptr();
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) std::rethrow_exception(p);
+        } catch (const OutOfFuel& e) {
+            PyErr_SetString(out_of_fuel, e.what());
         } catch (const LexerLimit& e) {
             py::object err = py::reinterpret_borrow<py::object>(limit_type)(py::str(e.what()));
             err.attr("lexemes") = py::cast(e.lexemes);
@@ -251,7 +574,7 @@ PYBIND11_MODULE(native, m) {
         }
     });
 
-    py::class_<Trie>(m, "Trie")
+    py::class_<Trie, std::shared_ptr<Trie>>(m, "Trie")
         .def(py::init(&trie_from), py::arg("trie"));
 
     py::class_<DFATable>(m, "DFATable")
@@ -286,7 +609,7 @@ PYBIND11_MODULE(native, m) {
             py::arg("state"), py::arg("language"), py::arg("language_start"),
             "Whether every string of `language` keeps this DFA live from `state`.");
 
-    py::class_<Lexer>(m, "Lexer")
+    py::class_<Lexer, std::shared_ptr<Lexer>>(m, "Lexer")
         .def(py::init([](const Array<int64_t>& classes, int n_joint, const py::list& lexemes,
                          size_t max_states) {
                  if (classes.size() != 256) throw py::value_error("classes must have 256 entries");
@@ -305,15 +628,22 @@ PYBIND11_MODULE(native, m) {
                          if (owner < 0 || size_t(owner) >= size_t(py::len(lexemes)))
                              throw py::value_error("keyword owner out of range");
                  }
-                 return Lexer(cls, n_joint, std::move(dfas), max_states);
+                 return std::make_shared<Lexer>(cls, n_joint, std::move(dfas), max_states);
              }),
              py::arg("classes"), py::arg("n_joint"), py::arg("lexemes"), py::arg("max_states"))
-        .def_property_readonly("n_states", &Lexer::n_states)
-        .def_property_readonly("n_tags", &Lexer::n_tags)
-        .def("start_of", &Lexer::start_of, py::arg("lexemes"))
+        .def_property_readonly("n_states", [](const Lexer& lx) { Hold h(lx); return lx.n_states(); })
+        .def_property_readonly("n_tags", [](const Lexer& lx) { Hold h(lx); return lx.n_tags(); })
+        .def(
+            "start_of",
+            [](Lexer& lx, const std::vector<int>& lexemes) {
+                Hold hold(lx);
+                return lx.start_of(lexemes);
+            },
+            py::arg("lexemes"))
         .def(
             "row",
             [](Lexer& lx, int32_t state) {
+                Hold hold(lx);
                 if (state < 0 || size_t(state) >= lx.n_states())
                     throw py::value_error("state out of range");
                 const int32_t* row = lx.row(state);
@@ -325,6 +655,7 @@ PYBIND11_MODULE(native, m) {
         .def(
             "tag_of",
             [](const Lexer& lx, int32_t state) {
+                Hold hold(lx);
                 if (state < 0 || size_t(state) >= lx.n_states())
                     throw py::value_error("state out of range");
                 return lx.tag(state);
@@ -333,6 +664,7 @@ PYBIND11_MODULE(native, m) {
         .def(
             "tag_set",
             [](const Lexer& lx, int32_t tag) {
+                Hold hold(lx);
                 if (tag < 0 || size_t(tag) >= lx.n_tags()) throw py::value_error("tag out of range");
                 return lx.tag_set(tag);
             },
@@ -340,6 +672,7 @@ PYBIND11_MODULE(native, m) {
         .def(
             "ends_before",
             [](const Lexer& lx, int32_t tag) {
+                Hold hold(lx);
                 if (tag < 0 || size_t(tag) >= lx.n_tags()) throw py::value_error("tag out of range");
                 std::vector<uint8_t> out(256);
                 for (int b = 0; b < 256; ++b) out[size_t(b)] = lx.can_end(tag, uint8_t(b));
@@ -349,6 +682,7 @@ PYBIND11_MODULE(native, m) {
         .def(
             "key",
             [](const Lexer& lx, int32_t state) {
+                Hold hold(lx);
                 if (state < 0 || size_t(state) >= lx.n_states())
                     throw py::value_error("state out of range");
                 return lx.key(state);
@@ -358,6 +692,7 @@ PYBIND11_MODULE(native, m) {
             "walk",
             [](Lexer& lx, const Trie& trie, int32_t state, const Array<int64_t>& starts,
                bool end_at_start) {
+                Hold hold(lx);
                 if (state <= 0 || size_t(state) >= lx.n_states())
                     throw py::value_error("state out of range");
                 std::vector<int64_t> roots = to_vector(starts);
@@ -375,6 +710,7 @@ PYBIND11_MODULE(native, m) {
             "admits",
             [](Lexer& lx, int32_t state, const DFATable& language, int32_t start,
                size_t max_pairs) {
+                Hold hold(lx);
                 if (state <= 0 || size_t(state) >= lx.n_states())
                     throw py::value_error("state out of range");
                 if (start < 0 || start >= language.n_states)
@@ -390,6 +726,7 @@ PYBIND11_MODULE(native, m) {
             "lexeme_admits",
             [](Lexer& lx, int lexeme, int32_t at, const DFATable& language, int32_t start,
                size_t max_pairs) {
+                Hold hold(lx);
                 if (lexeme < 0 || size_t(lexeme) >= lx.n_lexemes())
                     throw py::value_error("lexeme out of range");
                 LexemeDFA& dfa = lx.lexeme(lexeme);
@@ -407,6 +744,8 @@ PYBIND11_MODULE(native, m) {
             py::arg("lexeme"), py::arg("at"), py::arg("language"), py::arg("language_start"),
             py::arg("max_pairs") = 0,
             "Whether every string of `language` keeps one lexeme's DFA live from state `at`.");
+
+    bind_cfg(m);
 
     py::class_<TokenTexts>(m, "TokenTexts", "Every token's bytes, for scans of token texts.")
         .def(py::init(&token_texts_from), py::arg("texts"))

@@ -9,9 +9,12 @@ from contract import accepts_token_by_token, assert_mask_matches_checks
 
 import constrain as cn
 import constrain.grammars as library
+from constrain.engine.engines import native_available
 from constrain.engine.grammar.sample import random_text
 from constrain.engine.vocab import Vocabulary
 from constrain.errors import GrammarError, VocabularyError
+
+ENGINES = ["python", *(["native"] if native_available() else [])]
 
 AMBIGUOUS = """
 start: e
@@ -400,7 +403,8 @@ def _in_nested(text: str) -> bool:
         return False
 
 
-def test_parser_memory_is_bounded_and_forgetting_changes_no_answer():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_parser_memory_is_bounded_and_forgetting_changes_no_answer(engine: str):
     """A parser over its item budget forgets its interned nodes: it then holds at most that
     budget, nodes it forgot are freed once unused, and every answer (viable prefix, sentence,
     shortest completion) is a fresh unbounded parser's; sentences are `json.loads`'s."""
@@ -410,10 +414,14 @@ def test_parser_memory_is_bounded_and_forgetting_changes_no_answer():
 
     def alive_nodes() -> int:
         gc.collect()
+        if engine == "native":
+            import constrain.engine.native as native
+
+            return native.chart_nodes_alive()
         return sum(isinstance(o, ChartNode) for o in gc.get_objects())
 
     before = alive_nodes()
-    bounded = cn.Grammar.from_lark(_NESTED).automaton
+    bounded = cn.Grammar.from_lark(_NESTED).with_engine(engine).automaton
     bounded.parser.max_items = 60
     rng = np.random.default_rng(11)
     texts = [_nested_text(rng, 6) for _ in range(60)]
@@ -431,7 +439,7 @@ def test_parser_memory_is_bounded_and_forgetting_changes_no_answer():
         answers.append((text, state is not None and bounded.accepting(state)))
     assert bounded.parser.forgotten > 10
     kept = alive_nodes() - before
-    fresh = cn.Grammar.from_lark(_NESTED).automaton
+    fresh = cn.Grammar.from_lark(_NESTED).with_engine(engine).automaton
     for text, answer in answers:
         state = fresh.step(fresh.start, text.encode())
         if isinstance(answer, bool):
@@ -443,12 +451,15 @@ def test_parser_memory_is_bounded_and_forgetting_changes_no_answer():
     assert kept < fresh.parser.n_nodes / 4, (kept, fresh.parser.n_nodes)
 
 
-def test_mask_pieces_are_bounded_in_bytes_and_masks_unchanged(smollm_vocab: Vocabulary):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_mask_pieces_are_bounded_in_bytes_and_masks_unchanged(
+    engine: str, smollm_vocab: Vocabulary
+):
     """The trie walks a grammar caches for its masks stay within their byte bound (here a
     small one, so entries are dropped), and every mask is a fresh unbounded grammar's."""
-    bounded = library.load("json").with_engine("python").automaton
+    bounded = library.load("json").with_engine(engine).automaton
     bounded.max_piece_bytes = 8_000
-    fresh = library.load("json").with_engine("python").automaton
+    fresh = library.load("json").with_engine(engine).automaton
     trie = smollm_vocab.trie
     rng = np.random.default_rng(5)
     for _ in range(6):

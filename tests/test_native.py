@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import constrain as cn
 from constrain.engine.engines import native_available
+from constrain.engine.grammar.sample import random_text
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -356,3 +357,143 @@ def test_a_malformed_trie_is_refused_at_the_boundary(fault):
     name, index, value, message = _TRIE_FAULTS[fault]
     with pytest.raises(ValueError, match=message):
         Trie(SimpleNamespace(**_broken(arrays, name, index, value)))
+
+
+def _chart_path(automaton, text: bytes) -> list[list[tuple[int, int]]] | None:
+    """The parser nodes along `text`, byte by byte: each node's items in order, an item's
+    origin named by the step that first reached it (-1: the node itself)."""
+    seen: dict = {}
+    out = []
+    for i in range(len(text) + 1):
+        state = automaton.step(automaton.start, text[:i])
+        if state is None:
+            return out
+        node = state[0]
+        seen.setdefault(node, i)
+        out.append([(d, -1 if o is None else seen.get(o, -2)) for d, o in node.items])
+    return out
+
+
+@pytest.mark.parametrize("name", _LIBRARY)
+def test_parser_nodes_same_items(name):
+    """The native parser builds the Python parser's nodes: the same items in the same order
+    (so the same completions), with origins at the same steps, along random sentences and
+    their prefixes with a byte changed; and the same shortest completions."""
+    grammar = cn.grammars.load(name)
+    python = grammar.with_engine("python").automaton
+    native = grammar.with_engine("native").automaton
+    rng = np.random.default_rng(3)
+    for _ in range(8):
+        text = random_text(python.ir, rng, max_depth=4).encode()
+        cut = int(rng.integers(0, len(text) + 1))
+        broken = text[:cut] + bytes([int(rng.integers(32, 127))]) + text[cut + 1 :]
+        for sample in (text, broken):
+            assert _chart_path(python, sample) == _chart_path(native, sample), sample
+            a = python.step(python.start, sample)
+            b = native.step(native.start, sample)
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert python.completion(a) == native.completion(b), sample
+                assert python.accepting(a) == native.accepting(b)
+
+
+def _batch_sample(vocab, n: int) -> list[tuple[cn.Grammar, list[int]]]:
+    """(grammar, tokens of a valid instance) for `n` MaskBench schemas, then a second
+    sequence of the first grammar (rows of one grammar in one batch)."""
+    picked = []
+    for subset, row in _maskbench_sample(per_subset=2, seed=4):
+        path = DATA / "jsonschemabench" / subset / f"{row['id']}.json"
+        if len(picked) == n or not row["valid"]:
+            continue
+        try:
+            grammar = cn.Grammar.from_json_schema(
+                json.loads(path.read_text()), spellings="all", any_order=True, timeout=5
+            )
+        except cn.ConstrainError:
+            continue
+        text = json.dumps(row["valid"][0], ensure_ascii=False, separators=(",", ":"))
+        picked.append((grammar, vocab.encode(text)))
+    return [*picked, (picked[0][0], picked[0][1][:-2])]
+
+
+def _prefill_walk(sample, vocab, threads: int, reference: str = "python"):
+    """Step every sequence of `sample` in lockstep, filling the batch's masks with
+    `prefill_masks` before each step; yield (step, sequence, batch mask, reference mask), the
+    reference from a fresh automaton of engine `reference`, one mask at a time."""
+    from constrain.engine.matcher import TokenAutomaton, prefill_masks
+
+    batch = [TokenAutomaton(grammar, vocab) for grammar, _ in sample]
+    oracle = [TokenAutomaton(grammar.with_engine(reference), vocab) for grammar, _ in sample]
+    here = [a.start().state for a in batch]
+    there = [a.start().state for a in oracle]
+    for step in range(max(len(tokens) for _, tokens in sample)):
+        live = [k for k, (_, tokens) in enumerate(sample) if step < len(tokens)]
+        live = [k for k in live if here[k] is not None]  # (a refused token ends a sequence)
+        prefill_masks([(batch[k], here[k]) for k in live], threads)
+        for k in live:
+            yield step, k, batch[k].masks.get(here[k]), oracle[k].bitmask_for(there[k])
+            token = sample[k][1][step]
+            here[k], there[k] = batch[k].step(here[k], token), oracle[k].step(there[k], token)
+            assert (here[k] is None) == (there[k] is None), (step, k)
+
+
+@pytest.mark.skipif(not (DATA / "maskbench").exists(), reason="no shared MaskBench data")
+def test_batch_fill_gives_the_reference_masks(smollm_vocab):
+    """A batch filled on two threads without the GIL (rows of nine grammars, two rows of
+    one) gives, at every step, the Python reference engine's mask of each sequence."""
+    sample = _batch_sample(smollm_vocab, 8)
+    assert len(sample) == 9
+    compared = 0
+    for step, k, got, expected in _prefill_walk(sample, smollm_vocab, threads=2):
+        assert got is not None, (step, k)
+        assert np.array_equal(got, expected), (step, k)
+        compared += 1
+    assert compared > 100
+
+
+def test_batch_fill_checks_its_arguments(smollm_vocab):
+    """Rows out of range, a row twice, a buffer of the wrong shape: ValueErrors, no write."""
+    import constrain.engine.native as native
+
+    from constrain.engine.matcher import TokenAutomaton
+
+    automaton = TokenAutomaton(cn.grammars.load("json"), smollm_vocab)
+    masks = automaton.native_masks()
+    node, s = automaton.automaton.start
+    words = masks.n_words
+    for jobs, out in [
+        ([(masks._filler, node, s, 1)], np.zeros((1, words), np.int32)),
+        ([(masks._filler, node, s, 0)] * 2, np.zeros((2, words), np.int32)),
+        ([(masks._filler, node, s, 0)], np.zeros((1, words - 1), np.int32)),
+        ([(masks._filler, node, 10**6, 0)], np.zeros((1, words), np.int32)),
+    ]:
+        with pytest.raises(ValueError):
+            native.fill_batch(jobs, out, 2)
+        assert not out.any()
+
+
+@pytest.mark.skipif(not (DATA / "maskbench").exists(), reason="no shared MaskBench data")
+def test_batches_from_two_threads_share_grammars_safely(smollm_vocab):
+    """Two Python threads stepping batches of the same grammars at once (each batch releasing
+    the GIL while it fills, the grammars' lazily built lexers, parsers and walks shared):
+    every mask is still the reference engine's."""
+    import threading
+
+    sample = _batch_sample(smollm_vocab, 4)
+    failures: list = []
+
+    def walk():
+        try:
+            for step, k, got, expected in _prefill_walk(sample, smollm_vocab, threads=2):
+                if got is None or not np.array_equal(got, expected):
+                    failures.append((step, k))
+        except Exception as exc:  # noqa: BLE001 (reported below)
+            failures.append(exc)
+
+    threads = [threading.Thread(target=walk) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads)
+    assert failures == []

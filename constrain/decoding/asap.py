@@ -236,6 +236,9 @@ class ASApSampling(Sampling):
         self.asap = asap
         self._paths: dict[int, list[_Node]] = {}  # by id() of the running sequences
 
+    def needing_masks(self, sequences: list[Sequence]) -> list[Sequence]:
+        return sequences  # every draw reads the whole mask (`target.distribution`)
+
     def draw(self, row: torch.Tensor, sequence: Sequence) -> Draw:
         path = self._paths.get(id(sequence))
         if path is None:

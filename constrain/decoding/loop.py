@@ -11,10 +11,12 @@ trie. Strategies see sequences only through `Sequence` and the batched `forward`
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Iterator
 from collections.abc import Sequence as Tokens
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,6 +24,7 @@ import torch
 
 from constrain.decoding import target
 from constrain.decoding.sequence import Sequence
+from constrain.engine.matcher import prefill_masks
 from constrain.results import DecodeStats
 from constrain.samplers.base import Draw, TokenSampler
 
@@ -29,6 +32,7 @@ __all__ = ["Batch", "Deadline", "Job", "Sampling", "Strategy", "decode", "forwar
 
 _DEADLINE_MARGIN = 0.85  # the share of the time left that a deadline budget plans to use
 _STEP_WINDOW = 8  # recent steps whose mean time predicts the next ones
+_MASK_THREADS = 2  # native threads a step's masks are filled on
 
 
 class Strategy(Protocol):
@@ -147,12 +151,42 @@ class Batch:
         return [job for job, _ in ended]
 
 
+class MaskPrefill:
+    """The masks a step's draws will read, filled while the step's forward runs: one batch
+    call into the native core (`prefill_masks`) on a worker thread, which releases the GIL,
+    so the mask fill overlaps the model. The draws then find them cached; they wait for the
+    fill to end first (`wait`), as the masks' caches are filled by it."""
+
+    _pool: ThreadPoolExecutor | None = None
+
+    def __init__(self, sequences: list[Sequence]):
+        states = [
+            (s.matcher.constraint.token_automaton, s.matcher.state)
+            for s in sequences
+            if s.matcher.constraint is not None
+        ]
+        self._future: Future | None = None
+        if states:
+            if MaskPrefill._pool is None:
+                MaskPrefill._pool = ThreadPoolExecutor(1, thread_name_prefix="constrain-masks")
+            self._future = MaskPrefill._pool.submit(prefill_masks, states, _MASK_THREADS)
+
+    def wait(self) -> None:
+        """Until the fill ends. A failure is left to the draw that needs that mask, which
+        computes it again and raises the error where it belongs."""
+        if self._future is not None:
+            with contextlib.suppress(Exception):
+                self._future.result()
+            self._future = None
+
+
 def _shared_forward(jobs: list[tuple[Job, list[Sequence]]]) -> None:
     """One forward for the running sequences of several `Sampling` jobs, then each job's
     draws from its own rows."""
     flat = [s for _, running in jobs for s in running]
+    needing = [s for job, running in jobs for s in job.strategy.needing_masks(running)]
     t0 = time.perf_counter()
-    rows = iter(forward(flat))
+    rows = iter(forward_and_masks(flat, needing))
     seconds = time.perf_counter() - t0
     for job, running in jobs:
         job.strategy.stats.forwards += 1
@@ -190,6 +224,17 @@ def forward(
     return [(rows[0], [r if r is not None else rows[0] for r in rows[1:]]) for rows in out]
 
 
+def forward_and_masks(
+    sequences: Tokens[Sequence], needing: list[Sequence], stats=None
+) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
+    """`forward(sequences)`, with the next masks of `needing` filled meanwhile (`MaskPrefill`)."""
+    masks = MaskPrefill(needing)
+    try:
+        return forward(sequences, stats=stats)
+    finally:
+        masks.wait()
+
+
 def record(draw: Draw, sequence: Sequence, stats: DecodeStats, seconds: float) -> None:
     """Count a draw and its constraint time for the sequence and the run."""
     for counters in (stats, sequence.stats):
@@ -220,7 +265,14 @@ class Sampling:
         self.scores_eos = scores_eos
 
     def step(self, sequences: list[Sequence]) -> None:
-        self.advance(sequences, forward(sequences, stats=self.stats))
+        self.advance(
+            sequences, forward_and_masks(sequences, self.needing_masks(sequences), self.stats)
+        )
+
+    def needing_masks(self, sequences: list[Sequence]) -> list[Sequence]:
+        """The sequences whose next draw reads a whole mask: the sampler's (LCD), or a
+        truncating stack's (the target is masked before truncation)."""
+        return [s for s in sequences if self.sampler.full_masks or s.stack.truncates]
 
     def advance(self, sequences: list[Sequence], scored: list) -> None:
         """Draw one token per sequence from its scored rows (`forward`'s output)."""

@@ -13,7 +13,9 @@ A `Matcher` never looks inside a grammar. It needs, for an opaque hashable *stat
 * ``forced_bytes(state)`` / ``expected_bytes(state)``: what the grammar forces or allows next;
 * ``completion(state)``: a shortest text that finishes a sentence (token budgets);
 * ``special_texts``, ``allowed_specials(state)``, ``step_special(state, text)``: special tokens
-  (``<|im_end|>``) the grammar uses as terminals, those allowed next, and reading one.
+  (``<|im_end|>``) the grammar uses as terminals, those allowed next, and reading one;
+* ``native_masks(slices, special_ids, eos_ids)``: whole masks in one native call each, when
+  the automaton has them (None: the `TokenAutomaton` assembles masks from the above).
 
 `DFAAutomaton` implements it for regexes and choices; the grammar engine implements it for
 context-free grammars.
@@ -28,7 +30,7 @@ import numpy as np
 
 from constrain.engine.engines import resolve_engine
 from constrain.engine.regex import ByteDFA
-from constrain.engine.slices import admits
+from constrain.engine.slices import VocabularySlices, admits
 from constrain.engine.vocab import TokenTrie, Vocabulary
 from constrain.fuel import burn
 
@@ -66,6 +68,24 @@ class Automaton(Protocol):
     def allowed_specials(self, state: Hashable) -> frozenset[str]: ...
 
     def step_special(self, state: Hashable, text: str) -> Hashable | None: ...
+
+    def native_masks(
+        self, slices: VocabularySlices, special_ids: dict[str, int], eos_ids: list[int]
+    ) -> NativeMaskSource | None:
+        """Whole masks over the vocabulary of `slices` computed natively, when the automaton
+        can (None: `TokenAutomaton` computes them from `token_ids`, `admits`, ...)."""
+        ...
+
+
+class NativeMaskSource(Protocol):
+    """A grammar's whole masks over one vocabulary, each in one native call (many at once:
+    `constrain.engine.grammar.native_chart.fill_batch`)."""
+
+    n_words: int  # of a bitmask over the vocabulary
+
+    def bitmask(self, state: Hashable) -> tuple[np.ndarray, bool]:
+        """The packed mask of `state` (int32, writable) and whether it allows any token."""
+        ...
 
 
 class TextCheck(Protocol):
@@ -141,6 +161,9 @@ class DFAAutomaton:
 
     def step_special(self, state: int, text: str) -> None:
         return None
+
+    def native_masks(self, slices, special_ids, eos_ids) -> None:
+        return None  # a DFA's walk is one native call already
 
     def walk_admitted(
         self, state: int, data: np.ndarray, lengths: np.ndarray

@@ -27,15 +27,19 @@ from typing import Any, Protocol
 import numpy as np
 
 from constrain.engine import bitmask
+from constrain.engine.automaton import NativeMaskSource
 from constrain.engine.cache import BoundedCache
 from constrain.engine.grammar import Grammar
 from constrain.engine.grammar.ir import token_id_reference
-from constrain.engine.slices import slices_of
+from constrain.engine.grammar.native_chart import fill_batch
+from constrain.engine.slices import VocabularySlices, slices_of
 from constrain.engine.vocab import Vocabulary
 from constrain.errors import GrammarError, InvalidTokenError, VocabularyError
 from constrain.fuel import burn
 
-__all__ = ["FINISHED", "Matcher", "TokenAutomaton", "TokenMatcher", "advance_many"]
+__all__ = [
+    "FINISHED", "Matcher", "TokenAutomaton", "TokenMatcher", "advance_many", "prefill_masks"
+]  # fmt: skip
 
 FINISHED: Hashable = object()  # the state after EOS
 _MAX_FORCED_BACKOFF = 3  # forced tokens dropped at most from the end (token healing)
@@ -127,6 +131,8 @@ class TokenAutomaton:
         self.eos_array = np.array(vocab.eos_ids, dtype=np.int64)
         self.special_ids = {text: _special_id(vocab, text) for text in self.automaton.special_texts}
         self.special_texts = _by_id(self.special_ids)
+        self._native_masks: NativeMaskSource | None = None  # built on first use
+        self._native_masks_asked = False
 
     def bitmask_for(self, state: Hashable) -> np.ndarray:
         """Allowed next tokens at automaton `state`, packed (`constrain.engine.bitmask`; int32,
@@ -138,8 +144,44 @@ class TokenAutomaton:
         packed = self.masks.get(state)
         if packed is not None:
             return packed
+        native = self.native_masks()
+        if native is not None:
+            packed, nonempty = native.bitmask(state)
+        else:
+            packed = self._python_bitmask(state, slices_of(self.vocab))
+            nonempty = packed.any()
+        return self.keep_mask(state, packed, nonempty)
+
+    def native_masks(self) -> NativeMaskSource | None:
+        """The automaton's native masks over this vocabulary (None: it has none)."""
+        if not self._native_masks_asked:
+            slices = slices_of(self.vocab)
+            eos = list(self.vocab.eos_ids)
+            self._native_masks = self.automaton.native_masks(slices, self.special_ids, eos)
+            self._native_masks_asked = True
+        return self._native_masks
+
+    def keep_mask(self, state: Hashable, packed: np.ndarray, nonempty: bool) -> np.ndarray:
+        """Cache `packed`, the mask just computed for `state` (made read-only), and return it.
+
+        Raises:
+            VocabularyError: it allows nothing and the state is not accepting.
+        """
+        if not nonempty and not self.automaton.accepting(state):
+            expected = bytes(self.automaton.expected_bytes(state)[:16])
+            raise VocabularyError(
+                f"no token of the vocabulary can continue here: the grammar expects one of the "
+                f"bytes {expected!r} but no text token starts with them"
+            )
+        packed.flags.writeable = False
+        burn(1 + self.vocab.size // _IDS_PER_UNIT)  # the active fuel, before the mask is kept
+        self.masks[state] = packed
+        return packed
+
+    def _python_bitmask(self, state: Hashable, slices: VocabularySlices) -> np.ndarray:
+        """`bitmask_for` assembled in Python: the admitted slices' bitmasks ORed with the
+        walked tokens, the allowed special tokens and EOS."""
         size = self.vocab.size
-        slices = slices_of(self.vocab)
         admitted = slices.admitted(lambda language: self.automaton.admits(state, language))
         walked = np.zeros(size, dtype=bool)
         walked[self.automaton.token_ids(state, slices.trie_without(admitted))] = True
@@ -151,15 +193,6 @@ class TokenAutomaton:
         for part, whole in zip(slices.slices, admitted):
             if whole:
                 packed |= part.bitmask
-        if not packed.any() and not self.automaton.accepting(state):
-            expected = bytes(self.automaton.expected_bytes(state)[:16])
-            raise VocabularyError(
-                f"no token of the vocabulary can continue here: the grammar expects one of the "
-                f"bytes {expected!r} but no text token starts with them"
-            )
-        packed.flags.writeable = False
-        burn(1 + size // _IDS_PER_UNIT)  # the active fuel, before the mask is kept
-        self.masks[state] = packed
         return packed
 
     def mask_for(self, state: Hashable) -> np.ndarray:
@@ -440,3 +473,35 @@ def _check_special_id(vocab: Vocabulary, text: str, token: int) -> None:
             f"the grammar uses the token {text}, which is neither a special token nor EOS in "
             f"this vocabulary (a padding or unused id)"
         )
+
+
+def prefill_masks(states: Sequence[tuple[TokenAutomaton, Hashable]], threads: int = 2) -> int:
+    """Compute and cache the masks of many states at once (a batch's next step): those of
+    native automata in one call on `threads` threads without the GIL (states of different
+    grammars side by side), the others one by one. Returns how many were computed; a cached
+    state costs a lookup.
+
+    Raises:
+        VocabularyError: as `TokenAutomaton.bitmask_for`.
+    """
+    batches: dict[int, list[tuple[TokenAutomaton, Hashable, NativeMaskSource]]] = {}
+    wanted: set[tuple[int, Hashable]] = set()
+    computed = 0
+    for automaton, state in states:
+        key = (id(automaton), state)
+        if state is FINISHED or key in wanted or automaton.masks.get(state) is not None:
+            continue
+        wanted.add(key)
+        native = automaton.native_masks()
+        if native is None:
+            automaton.bitmask_for(state)
+            computed += 1
+        else:
+            batches.setdefault(native.n_words, []).append((automaton, state, native))
+    for n_words, jobs in batches.items():
+        out = np.zeros((len(jobs), n_words), dtype=np.int32)
+        found = fill_batch([(native, state) for _, state, native in jobs], out, threads)
+        for (automaton, state, _), row, nonempty in zip(jobs, out, found):
+            automaton.keep_mask(state, row.copy(), nonempty)
+        computed += len(jobs)
+    return computed

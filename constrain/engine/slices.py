@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from constrain.engine.bitmask import from_ids
+from constrain.engine.bitmask import from_ids, n_words
 from constrain.engine.regex import ByteDFA, compile_regex, is_empty_combination
 from constrain.engine.vocab import TokenTrie, Vocabulary
 
@@ -82,6 +82,22 @@ class VocabularySlices:
             for i, a in enumerate(slices)
         ]
         self._tries: dict[tuple[bool, ...], TokenTrie] = {(False,) * len(slices): vocab.trie}
+        self.n_words = n_words(vocab.size)  # of a bitmask over the vocabulary
+        self._native = None
+
+    @property
+    def native(self):
+        """The slices copied into the native core (`native.Slices`, once per vocabulary)."""
+        if self._native is None:
+            from constrain.engine.native import Slices
+
+            languages = [
+                (s.language.native_table(), s.language.start, s.language.longest() is None)
+                for s in self.slices
+            ]
+            bitmasks = [s.bitmask for s in self.slices]
+            self._native = Slices(languages, bitmasks, self._within, self.n_words)
+        return self._native
 
     def admitted(self, admits) -> tuple[bool, ...]:
         """Which slices a state admits, given `admits(language) -> bool`; larger languages are

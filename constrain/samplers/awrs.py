@@ -59,6 +59,7 @@ class AWRS:
     """
 
     name = "awrs"
+    full_masks = False  # it checks the tokens it proposes; a mask only as a last resort
 
     def __init__(self, estimator: str = "recursive", *, mask_after: int | None = 128):
         if estimator not in _ESTIMATORS:

@@ -43,6 +43,7 @@ class TokenSampler(Protocol):
     """Draws one token under a Matcher; see the module docstring for the weight contract."""
 
     name: str
+    full_masks: bool  # its draws read the whole mask (the loop fills them ahead, in a batch)
 
     def sample(
         self,

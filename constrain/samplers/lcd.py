@@ -25,6 +25,7 @@ class LCD:
     """The masking token sampler (exact local draw, weight log Z from the mask)."""
 
     name = "lcd"
+    full_masks = True
 
     def sample(
         self,

@@ -28,6 +28,10 @@ numpy, and records the trie children where a lexeme ends (grouped by tag). A pie
 on the lexer state it starts from and the trie nodes it starts at, never on the parser, so pieces
 are cached per vocabulary; the parser is consulted only at lexeme boundaries, once per group,
 through scans cached on the interned nodes.
+
+With a native lexer the parser is native too (`NativeChart`), and `step`, `token_ids` and
+whole masks (`native_masks`: slices, walk, special tokens and EOS) are single native calls; the
+Python code here stays the reference the tests hold them to.
 """
 
 from __future__ import annotations
@@ -39,12 +43,14 @@ import numpy as np
 from constrain.engine.automaton import walk_bytes
 from constrain.engine.cache import BoundedCache
 from constrain.engine.grammar.completion import Completions
-from constrain.engine.grammar.earley import ChartNode, EarleyParser
+from constrain.engine.grammar.earley import ChartNode, EarleyParser, dotted_rules
 from constrain.engine.grammar.ir import GrammarIR
 from constrain.engine.grammar.lexer import Piece
-from constrain.engine.grammar.lexers import make_lexer
+from constrain.engine.grammar.lexers import NativeLexer, make_lexer
 from constrain.engine.grammar.lint import check_lexeme_ends
+from constrain.engine.grammar.native_chart import NativeChart, NativeMasks
 from constrain.engine.regex import ByteDFA
+from constrain.engine.slices import VocabularySlices
 from constrain.engine.vocab import TokenTrie
 from constrain.fuel import burn
 
@@ -70,11 +76,15 @@ class CFGAutomaton:
             i for i, lx in enumerate(self.lexeme_table) if lx.special is not None
         )
         self.special_texts = frozenset(self.lexeme_table[i].special for i in self.specials)
-        self.parser = EarleyParser(ir, self.lexeme_ids)
         self.lexer = make_lexer(self.lexeme_table, engine)
-        self._pieces: weakref.WeakKeyDictionary[TokenTrie, BoundedCache[tuple, Piece]] = (
-            weakref.WeakKeyDictionary()
-        )
+        rules = dotted_rules(ir, self.lexeme_ids)
+        # with a native lexer, the parser and the hot paths (`step`, `token_ids`) are native
+        self._native: NativeChart | None = None
+        if isinstance(self.lexer, NativeLexer):
+            self.parser = self._native = NativeChart(rules, self.lexer, self.ignore, self.specials)
+        else:
+            self.parser = EarleyParser(rules)
+        self._pieces: weakref.WeakKeyDictionary[TokenTrie, object] = weakref.WeakKeyDictionary()
         self.max_piece_bytes = _PIECES_BYTES  # per vocabulary trie
         self._admits: dict[tuple, bool] = {}  # (lexer state or lexeme, language) -> admits
         self._completions: Completions | None = None
@@ -87,6 +97,8 @@ class CFGAutomaton:
 
     def _start(self, node: ChartNode) -> int:
         """The lexer state where the lexemes `node` allows (and the ignored ones) start."""
+        if self._native is not None:
+            return self._native.start_of(node)
         start = node.lexer_start
         if start is None:
             lexemes = (node.expected | self.ignore) - self.specials
@@ -103,6 +115,8 @@ class CFGAutomaton:
     # -- the Automaton interface ------------------------------------------------------------------
 
     def step(self, state: tuple, data: bytes) -> tuple | None:
+        if self._native is not None:
+            return self._native.step(state, data)
         node, s = state
         if not data:
             return state
@@ -235,13 +249,26 @@ class CFGAutomaton:
             found = _remember(self._admits, key, self.lexer.lexeme_admits(lexeme, at, language))
         return found
 
+    def native_masks(
+        self, slices: VocabularySlices, special_ids: dict[str, int], eos_ids: list[int]
+    ) -> NativeMasks | None:
+        """Whole masks over the vocabulary of `slices` in native code (None: a Python lexer)."""
+        if self._native is None:
+            return None
+        specials = [(i, special_ids[self.lexeme_table[i].special]) for i in sorted(self.specials)]
+        return self._native.masks(slices, specials, eos_ids, (_PIECES_KEPT, self.max_piece_bytes))
+
     def token_ids(self, state: tuple, trie: TokenTrie) -> np.ndarray:
-        node, s = state
         cache = self._pieces.get(trie)
         if cache is None:
-            cache = self._pieces[trie] = BoundedCache(
-                _PIECES_KEPT, max_bytes=self.max_piece_bytes, size=_piece_bytes
+            cache = self._pieces[trie] = (
+                BoundedCache(_PIECES_KEPT, max_bytes=self.max_piece_bytes, size=_piece_bytes)
+                if self._native is None
+                else self._native.piece_cache(_PIECES_KEPT, self.max_piece_bytes)
             )
+        if self._native is not None:
+            return self._native.tokens(state, trie, cache)
+        node, s = state
         s = self._start(node) if s == _FRESH else s
         roots = trie.children[trie.child_start[0] : trie.child_start[1]]
         found: list[np.ndarray] = []

@@ -33,7 +33,7 @@ from collections import deque
 
 import numpy as np
 
-from constrain.engine.grammar.earley import ChartNode, items_waiting
+from constrain.engine.grammar.earley import ChartNode
 from constrain.engine.regex import ByteDFA
 from constrain.engine.regex.bytedfa import BYTE_PREFERENCE
 from constrain.fuel import burn
@@ -42,6 +42,7 @@ __all__ = ["Completions", "search_completion"]
 
 _INF = float("inf")
 _SEARCH_STATES = 4_000  # states the fallback search visits at most
+_OWED_KEPT = 2**12  # parser nodes whose answers are remembered
 
 
 def _shortest(dfa: ByteDFA) -> bytes | None:
@@ -53,7 +54,7 @@ class Completions:
 
     def __init__(self, automaton):
         self._automaton = weakref.ref(automaton)  # its owner (a strong one would be a cycle)
-        parser = automaton.parser
+        parser = self._parser = automaton.parser
         self.next_sym, self.lhs = parser.next_sym, parser.lhs
         self.start_nt = parser.lhs[0]
         lexemes = [
@@ -65,10 +66,9 @@ class Completions:
         self.rest = self._rests()
         ignored = [lexemes[i] for i in automaton.ignore if lexemes[i]]
         self._separator = min(ignored, key=lambda t: (len(t), t != b" ")) if ignored else None
-        # per node, weakly: a node the parser forgot and nothing uses leaves with its entry
-        self._owed: weakref.WeakKeyDictionary[
-            ChartNode, dict[int, tuple[float, int, ChartNode | None]]
-        ] = weakref.WeakKeyDictionary()
+        # per node serial (never reused; holding no node), emptied when full before a solve,
+        # never during one (it reads its origins' answers)
+        self._owed: dict[int, dict[int, tuple[float, int, int | None]]] = {}
         self._endings: dict[int, list[tuple[int, bytes]]] = {}
 
     @property
@@ -157,39 +157,43 @@ class Completions:
 
     # -- parser nodes -----------------------------------------------------------------------
 
-    def _solve(self, node: ChartNode) -> dict[int, tuple[float, int, ChartNode | None]]:
-        """``owed(node, A)`` for every A waiting in `node`, origins first."""
+    def _solve(self, node: ChartNode) -> dict[int, tuple[float, int, int | None]]:
+        """``owed(node, A)`` for every A waiting in `node`, origins first: per A, the cost,
+        the item's dotted rule and its origin's serial (None: the node itself)."""
         owed = self._owed
-        if node in owed:
-            return owed[node]
+        found = owed.get(node.serial)
+        if found is not None:
+            return found
+        if len(owed) >= _OWED_KEPT:
+            owed.clear()
         stack, opened = [node], set()
         while stack:  # depth first: a node is solved once all its origins are (a DAG)
             n = stack.pop()
-            if n in owed:
+            if n.serial in owed:
                 continue
             if n in opened:  # its origins are solved
-                owed[n] = self._solve_one(n)
+                owed[n.serial] = self._solve_one(n)
                 continue
             opened.add(n)
             stack.append(n)
             burn(1 + len(n.items) // 4)
-            stack.extend({o for _, o in n.items if o is not None and o not in owed})
-        return owed[node]
+            stack.extend({o for _, o in n.items if o is not None and o.serial not in owed})
+        return owed[node.serial]
 
-    def _solve_one(self, node: ChartNode) -> dict[int, tuple[float, int, ChartNode | None]]:
-        next_sym, lhs, rest = self.next_sym, self.lhs, self.rest
-        best: dict[int, tuple[float, int, ChartNode | None]] = {}
+    def _solve_one(self, node: ChartNode) -> dict[int, tuple[float, int, int | None]]:
+        lhs, rest, owed = self.lhs, self.rest, self._owed
+        best: dict[int, tuple[float, int, int | None]] = {}
         inner: dict[int, list[tuple[int, int]]] = {}  # lhs B -> (A waiting, d) predicted here
         heap: list[tuple[float, int]] = []
-        for a, waiting in items_waiting(node, next_sym).items():
+        for a, waiting in self._parser.waiting(node).items():
             for d, o in waiting:
                 b = lhs[d]
                 if o is None and b != self.start_nt:
                     inner.setdefault(b, []).append((a, d))
                     continue
-                cost = rest[d + 1] + (0.0 if b == self.start_nt else self._owed[o][b][0])
+                cost = rest[d + 1] + (0.0 if b == self.start_nt else owed[o.serial][b][0])
                 if cost < best.get(a, (_INF,))[0]:
-                    best[a] = (cost, d, o)
+                    best[a] = (cost, d, None if o is None else o.serial)
                     heapq.heappush(heap, (cost, a))
         done = set()
         while heap:
@@ -207,11 +211,13 @@ class Completions:
     def _owed_pieces(self, node: ChartNode, a: int) -> list[bytes]:
         out = []
         while True:
-            _, d, o = self._solve(node)[a]
+            _, d, serial = self._solve(node)[a]
             out += self.rest_pieces(d + 1)
             if self.lhs[d] == self.start_nt:
                 return out
-            node, a = (node if o is None else o), self.lhs[d]
+            if serial is not None:  # the origin of one of the node's items
+                node = next(o for _, o in node.items if o is not None and o.serial == serial)
+            a = self.lhs[d]
 
     def node_completion(self, node: ChartNode) -> tuple[float, list[bytes] | None]:
         """The shortest text that finishes the sentence from `node` (no lexeme in progress),
@@ -223,7 +229,7 @@ class Completions:
             if b == self.start_nt:
                 cost = self.rest[d]
             else:
-                entry = self._owed[node if o is None else o].get(b)
+                entry = self._owed[(node if o is None else o).serial].get(b)
                 cost = self.rest[d] + (entry[0] if entry else _INF)
             if cost < best:
                 best, pick = cost, (d, o)

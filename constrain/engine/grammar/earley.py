@@ -24,28 +24,78 @@ grows with every state ever visited. Nodes still in use stay valid and rebuild t
 demand; a node equal to a forgotten one may then be built again, a duplicate that costs cache
 misses, never a different answer.
 
+The native parser (`native/earley.hpp`, through `constrain.engine.grammar.native_chart`) runs
+these same dotted rules (`dotted_rules`) and builds the same nodes, item for item; this one
+stays the reference.
+
 Invariant: every nonterminal is productive (`GrammarIR.validated` prunes the rest), so every item
 in a node can be completed and a node with items always has a continuation in the language.
 """
 
 from __future__ import annotations
 
+import itertools
+from typing import NamedTuple
+
 from constrain.engine.grammar.ir import GrammarIR, derivable
 from constrain.fuel import burn
 
-__all__ = ["ChartNode", "EarleyParser", "items_waiting"]
+__all__ = ["ChartNode", "DottedRules", "EarleyParser", "dotted_rules", "items_waiting"]
 
 _SUPER_START = "$start"
+_SERIALS = itertools.count()
 MAX_ITEMS_HELD = 1 << 18  # items in interned nodes before the parser forgets them (~25 MB)
+
+
+class DottedRules(NamedTuple):
+    """A grammar as dotted rules: what both parsers (this one and the native one) run."""
+
+    next_sym: tuple[int | None, ...]  # per dotted rule: nonterminal id >= 0, ~lexeme id, None
+    lhs: tuple[int, ...]  # per dotted rule: its rule's nonterminal
+    first_dotted: tuple[tuple[int, ...], ...]  # per nonterminal: its rules' first dotted rules
+    nullable: tuple[bool, ...]  # per nonterminal: derives the empty text
+    start: int  # the nonterminal the root predicts ("$start")
+
+
+def dotted_rules(ir: GrammarIR, lexeme_ids: dict[str, int]) -> DottedRules:
+    """`ir`'s rules after a super start rule, numbered by dotted position (lexemes by
+    `lexeme_ids`); "$start -> start ." is dotted rule 1."""
+    nts = sorted(ir.nonterminals() | {_SUPER_START})
+    nt_id = {n: i for i, n in enumerate(nts)}
+    rules = [(_SUPER_START, (ir.start,)), *ir.rules]
+    next_sym: list[int | None] = []
+    lhs_of: list[int] = []
+    first_dotted: dict[int, list[int]] = {i: [] for i in range(len(nts))}
+    code = {**{name: ~i for name, i in lexeme_ids.items()}, **nt_id}  # a symbol's number
+    for lhs, rhs in rules:
+        burn(1 + len(rhs))  # the active fuel: a unit per dotted rule
+        a = nt_id[lhs]
+        first_dotted[a].append(len(next_sym))
+        next_sym.extend([code[sym] for sym in rhs])
+        next_sym.append(None)
+        lhs_of.extend([a] * (len(rhs) + 1))
+    found = derivable(rules, ())
+    # tuples of ints, which the garbage collector untracks (lists it traverses at every
+    # full collection: for large grammars, pauses of hundreds of milliseconds)
+    return DottedRules(
+        tuple(next_sym),
+        tuple(lhs_of),
+        tuple(tuple(first_dotted[a]) for a in range(len(nts))),
+        tuple(name in found for name in nts),
+        nt_id[_SUPER_START],
+    )
 
 
 class ChartNode:
     """One interned Earley set (see the module docstring)."""
 
-    __slots__ = ("items", "expected", "accepts", "scans", "lexer_start", "_waiting", "__weakref__")
+    __slots__ = (
+        "items", "expected", "accepts", "scans", "lexer_start", "serial", "_waiting", "__weakref__"
+    )  # fmt: skip
 
     def __init__(self, items: tuple, expected: frozenset[int], accepts: bool):
         self.items = items
+        self.serial = next(_SERIALS)  # never reused: names the node in memos that outlive it
         self.expected = expected  # lexeme ids the parser can scan next
         self.accepts = accepts  # the text so far is a sentence
         self.scans: dict[frozenset[int], ChartNode | None] = {}  # cache of scan(tags)
@@ -59,46 +109,32 @@ class ChartNode:
 class EarleyParser:
     """The grammar compiled to dotted rules; builds and interns `ChartNode`s."""
 
-    def __init__(self, ir: GrammarIR, lexeme_ids: dict[str, int]):
+    def __init__(self, rules: DottedRules):
         self.max_items = MAX_ITEMS_HELD
         self.items_held = 0  # items in the interned nodes
         self.forgotten = 0  # times the interned nodes were forgotten
         self._scanned: list[ChartNode] = []  # nodes whose scans were filled since then
-        nts = sorted(ir.nonterminals() | {_SUPER_START})
-        nt_id = {n: i for i, n in enumerate(nts)}
-        rules = [(_SUPER_START, (ir.start,)), *ir.rules]
-        next_sym: list[int | None] = []  # per dotted rule: nt id >= 0, ~lexeme id, None: done
-        lhs_of: list[int] = []
-        first_dotted: dict[int, list[int]] = {i: [] for i in range(len(nts))}
-        code = {**{name: ~i for name, i in lexeme_ids.items()}, **nt_id}  # a symbol's number
-        for lhs, rhs in rules:
-            burn(1 + len(rhs))  # the active fuel: a unit per dotted rule
-            a = nt_id[lhs]
-            first_dotted[a].append(len(next_sym))
-            next_sym.extend([code[sym] for sym in rhs])
-            next_sym.append(None)
-            lhs_of.extend([a] * (len(rhs) + 1))
-        # tuples of ints, which the garbage collector untracks (lists it traverses at every
-        # full collection: for large grammars, pauses of hundreds of milliseconds)
-        self.next_sym: tuple[int | None, ...] = tuple(next_sym)
-        self.lhs: tuple[int, ...] = tuple(lhs_of)
+        self.next_sym = rules.next_sym
+        self.lhs = rules.lhs
         self.accept_item = 1  # "$start -> start ." is the second dotted rule
-        self.nullable = self._nullable(rules, nt_id)
+        self.nullable = rules.nullable
         # everything predicting nonterminal A adds: its items (all with origin None, i.e. the
         # node itself, as dict keys so a closure merges them in one update) and nonterminals;
         # computed on first use (a left-nested chain of n rules has closures of total size n^2)
-        self._first_dotted = tuple(tuple(first_dotted[a]) for a in range(len(nts)))  # (untracked)
-        self._predict: list[tuple[dict[tuple, None], frozenset[int]] | None] = [None] * len(nts)
+        self._first_dotted = rules.first_dotted
+        self._predict: list[tuple[dict[tuple, None], frozenset[int]] | None] = [None] * len(
+            rules.nullable
+        )
         self._interned: dict[frozenset, ChartNode] = {}
-        self.root = self._close([], predict=nt_id[_SUPER_START])
-
-    def _nullable(self, rules, nt_id) -> list[bool]:
-        found = derivable(rules, ())
-        return [name in found for name in nt_id]
+        self.root = self._close([], predict=rules.start)
 
     @property
     def n_nodes(self) -> int:
         return len(self._interned)
+
+    def waiting(self, node: ChartNode) -> dict[int, list[tuple[int, ChartNode | None]]]:
+        """The items of `node` grouped by the nonterminal after their dot."""
+        return items_waiting(node, self.next_sym)
 
     def scan(self, node: ChartNode, lexemes: frozenset[int]) -> ChartNode | None:
         """The node after scanning one of `lexemes` at `node` (None if none can be scanned).

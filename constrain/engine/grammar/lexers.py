@@ -82,13 +82,14 @@ class NativeLexer:
             )
         self._lexer = native.Lexer(classes, len(representatives), specs, MAX_LEXER_STATES)
         counted = any(isinstance(lx.dfa, CountedDFA) for lx in self._table if lx.special is None)
-        self._admits_cap = COUNTED_ADMITS_PAIRS if counted else 0  # as `Lexer` cuts them
+        # pairs a slice check may visit (0: no limit), as `Lexer` cuts them
+        self.admits_cap = COUNTED_ADMITS_PAIRS if counted else 0
         self._rows: list[list[int] | None] = []
         self._live: dict[int, tuple[int, ...]] = {}
         self._tag_sets: dict[int, frozenset[int]] = {}
         self._ends: dict[int, np.ndarray] = {}
 
-    def _call(self, fn, *args):
+    def call(self, fn, *args):
         """`fn(*args)`, with the lexer's state budget reported as Python's lexer reports it."""
         try:
             return fn(*args)
@@ -103,8 +104,13 @@ class NativeLexer:
     def n_states(self) -> int:
         return self._lexer.n_states
 
+    @property
+    def native(self):
+        """The C++ lexer (`constrain.engine.native.Lexer`), for native code that drives it."""
+        return self._lexer
+
     def start_of(self, lexemes: frozenset[int]) -> int:
-        return self._call(self._lexer.start_of, sorted(lexemes))
+        return self.call(self._lexer.start_of, sorted(lexemes))
 
     def row(self, state: int) -> list[int]:
         rows = self._rows
@@ -115,7 +121,7 @@ class NativeLexer:
         else:
             rows.extend([None] * (state + 1 - len(rows)))
         burn(4)  # the active fuel: a row read (and computed on first use) in C++
-        found = rows[state] = self._call(self._lexer.row, state)
+        found = rows[state] = self.call(self._lexer.row, state)
         return found
 
     def rows(self, states: np.ndarray) -> np.ndarray:
@@ -147,7 +153,7 @@ class NativeLexer:
         return found
 
     def walk(self, trie: TokenTrie, state: int, starts: np.ndarray, end_at_start: bool) -> Piece:
-        tokens, ends = self._call(
+        tokens, ends = self.call(
             self._lexer.walk, trie.native, state, np.asarray(starts, dtype=np.int64), end_at_start
         )
         burn(1 + (len(tokens) + sum(len(nodes) for _, nodes in ends)) // _FOUND_PER_UNIT)
@@ -155,13 +161,13 @@ class NativeLexer:
 
     def admits(self, state: int, language: ByteDFA) -> bool:
         table, start = language.native_table(), language.start
-        return self._call(self._lexer.admits, state, table, start, self._admits_cap)
+        return self.call(self._lexer.admits, state, table, start, self.admits_cap)
 
     def lexeme_admits(self, lexeme: int, at: int, language: ByteDFA) -> bool:
         if outgrows(self._table[lexeme].dfa, language):
             return False
         table, start = language.native_table(), language.start
-        return self._call(self._lexer.lexeme_admits, lexeme, at, table, start, self._admits_cap)
+        return self.call(self._lexer.lexeme_admits, lexeme, at, table, start, self.admits_cap)
 
     def __repr__(self) -> str:
         return f"NativeLexer(lexemes={len(self._table)}, states={self.n_states})"

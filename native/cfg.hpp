@@ -1,0 +1,87 @@
+// A context-free grammar's byte automaton in C++: the lexer driving the Earley parser, and the
+// mask walk over the vocabulary trie. The reference is constrain/engine/grammar/cfg.py
+// (CFGAutomaton.step, _start, _end, token_ids): the same states and the same masks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "earley.hpp"
+#include "lexer.hpp"
+#include "trie.hpp"
+
+namespace constrain {
+
+// Where a mask piece starts: a lexer state and trie nodes (the root's children, or nodes
+// whose byte started a lexeme).
+struct PieceKey {
+    uint32_t trie = 0;  // which of the caller's tries
+    int32_t state = 0;
+    bool at_root = false;
+    std::vector<int64_t> starts;  // empty at the root
+    bool operator==(const PieceKey& o) const {
+        return trie == o.trie && state == o.state && at_root == o.at_root && starts == o.starts;
+    }
+};
+
+struct PieceKeyHash {
+    size_t operator()(const PieceKey& k) const noexcept {
+        uint64_t h = (uint64_t(uint32_t(k.state)) * 0x9E3779B97F4A7C15ull + k.at_root) ^
+                     (uint64_t(k.trie) << 40);
+        for (int64_t n : k.starts) h = (h ^ uint64_t(n)) * 1099511628211ull;
+        return size_t(h);
+    }
+};
+
+// The mask pieces of one grammar over one trie; the least recently used are forgotten past
+// `max_entries` or `max_bytes` (the newest is always kept).
+class PieceCache {
+public:
+    PieceCache(size_t max_entries, size_t max_bytes)
+        : max_entries_(max_entries), max_bytes_(max_bytes) {}
+    std::shared_ptr<const Piece> get(const PieceKey& key);
+    void put(const PieceKey& key, std::shared_ptr<const Piece> piece);
+    size_t size() const { return index_.size(); }
+    size_t bytes() const { return bytes_; }
+    size_t max_entries_, max_bytes_;
+
+private:
+    using Entry = std::pair<PieceKey, std::shared_ptr<const Piece>>;
+    std::list<Entry> order_;  // most recently used first
+    std::unordered_map<PieceKey, std::list<Entry>::iterator, PieceKeyHash> index_;
+    size_t bytes_ = 0;
+};
+
+// What a piece holds, for its cache's byte bound (as cfg.py's `_piece_bytes` counts it).
+size_t piece_bytes(const Piece& piece);
+
+class CFGCore {
+public:
+    CFGCore(std::shared_ptr<Lexer> lexer, DottedRules rules, std::vector<int32_t> ignore,
+            std::vector<int32_t> specials, size_t max_items, Meter& meter);
+
+    EarleyParser& parser() { return parser_; }
+    Lexer& lexer() { return *lexer_; }
+    // The lexer state where the lexemes `node` allows (and the ignored ones) start.
+    int32_t start_of(ChartNode& node);
+    // The node after a lexeme of `tag` ends at `node` (ignored lexemes skipped); null if none.
+    NodeRef end(const NodeRef& node, int32_t tag, Meter& meter);
+    // Reads `data` from (node, s) in place; false once no continuation is in the language.
+    bool step(NodeRef& node, int32_t& s, const uint8_t* data, size_t n, Meter& meter);
+    // The tokens whose bytes keep (node, s) live, given to `found` a piece at a time (a token
+    // may come twice); `trie_id` names `trie` among the tries whose pieces `cache` holds.
+    void walk(const NodeRef& node, int32_t s, const Trie& trie, uint32_t trie_id,
+              PieceCache& cache, Meter& meter,
+              const std::function<void(const std::vector<int32_t>&)>& found);
+
+private:
+    std::shared_ptr<Lexer> lexer_;
+    EarleyParser parser_;
+    std::vector<int32_t> ignore_, specials_;  // sorted lexeme ids
+};
+
+}  // namespace constrain

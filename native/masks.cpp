@@ -1,0 +1,190 @@
+#include "masks.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <stdexcept>
+
+namespace constrain {
+
+namespace {
+
+void set_bit(uint32_t* row, int64_t token) { row[token >> 5] |= uint32_t(1) << (token & 31); }
+
+}  // namespace
+
+void Slices::validate() const {
+    auto require = [](bool ok, const char* what) {
+        if (!ok) throw std::invalid_argument(what);
+    };
+    const size_t n = languages.size();
+    require(n <= 16, "at most 16 slices");
+    require(starts.size() == n && infinite.size() == n && bitmasks.size() == n &&
+                within.size() == n,
+            "every slice needs a language, a start, a length flag, a bitmask and its holders");
+    for (size_t i = 0; i < n; ++i) {
+        require(starts[i] >= 0 && starts[i] < languages[i].n_states, "slice start out of range");
+        require(bitmasks[i].size() == n_words, "a slice bitmask has the vocabulary's words");
+        for (int j : within[i]) require(j >= 0 && size_t(j) < n, "a slice holder out of range");
+    }
+}
+
+MaskFiller::MaskFiller(std::shared_ptr<CFGCore> core, std::shared_ptr<const Slices> slices,
+                       std::vector<std::pair<int32_t, int64_t>> specials,
+                       std::vector<int64_t> eos, size_t max_pairs, size_t max_piece_entries,
+                       size_t max_piece_bytes)
+    : core_(std::move(core)),
+      slices_(std::move(slices)),
+      specials_(std::move(specials)),
+      eos_(std::move(eos)),
+      max_pairs_(max_pairs),
+      pieces_(max_piece_entries, max_piece_bytes) {
+    slices_->validate();
+    const auto bits = int64_t(slices_->n_words) * 32;
+    for (const auto& [lexeme, token] : specials_)
+        if (lexeme < 0 || size_t(lexeme) >= core_->lexer().n_lexemes() || token < 0 ||
+            token >= bits)
+            throw std::invalid_argument("a special token is out of range");
+    for (int64_t token : eos_)
+        if (token < 0 || token >= bits) throw std::invalid_argument("an EOS id is out of range");
+    for (size_t i = 0; i < slices_->languages.size(); ++i) order_.push_back(int(i));
+    std::stable_sort(order_.begin(), order_.end(), [this](int a, int b) {
+        return slices_->within[size_t(a)].size() < slices_->within[size_t(b)].size();
+    });
+}
+
+void MaskFiller::add_trie(uint32_t combination, std::shared_ptr<const Trie> trie) {
+    if (combination >> slices_->languages.size())
+        throw std::invalid_argument("a slice combination out of range");
+    for (int64_t t : trie->tokens)
+        if (t >= int64_t(slices_->n_words) * 32)
+            throw std::invalid_argument("a trie token is outside the vocabulary");
+    tries_[combination] = std::move(trie);
+}
+
+bool MaskFiller::admits(int32_t s, int slice) {
+    Lexer& lexer = core_->lexer();
+    const DFATable& language = slices_->languages[size_t(slice)];
+    const int32_t start = slices_->starts[size_t(slice)];
+    const Combo alive = lexer.key(s);
+    for (const auto& [j, at] : alive) {
+        auto key = std::make_tuple(j, at, slice);
+        auto found = lexeme_admits_.find(key);
+        bool ok;
+        if (found != lexeme_admits_.end()) {
+            ok = found->second;
+        } else {
+            LexemeDFA& dfa = lexer.lexeme(j);
+            const bool outgrows = dfa.counted && dfa.counted->bounded() &&
+                                  slices_->infinite[size_t(slice)];
+            const auto& classes = lexer.classes();
+            ok = !outgrows && constrain::admits(
+                                  [&](int32_t q, uint8_t b) {
+                                      return dfa.next(q, dfa.own_of_joint[size_t(classes[b])]);
+                                  },
+                                  at, language, start, max_pairs_);
+            lexeme_admits_.emplace(key, ok);
+        }
+        if (ok) return true;
+    }
+    if (alive.size() <= 1) return false;
+    return constrain::admits([&](int32_t q, uint8_t b) { return lexer.next(q, b); }, s, language,
+                             start, max_pairs_);
+}
+
+uint32_t MaskFiller::admitted(int32_t s) {
+    auto found = admitted_.find(s);
+    if (found != admitted_.end()) return found->second;
+    const auto& within = slices_->within;
+    const size_t n = within.size();
+    std::vector<int8_t> known(n, -1);  // -1 unknown, 0 refused, 1 admitted
+    for (int i : order_) {
+        if (known[size_t(i)] >= 0) continue;
+        const bool ok = admits(s, i);
+        known[size_t(i)] = ok;
+        for (size_t j = 0; j < n; ++j) {
+            if (known[j] >= 0) continue;
+            const auto& holders = ok ? within[j] : within[size_t(i)];
+            const int other = ok ? i : int(j);
+            if (std::find(holders.begin(), holders.end(), other) != holders.end())
+                known[j] = ok;
+        }
+    }
+    uint32_t combination = 0;
+    for (size_t i = 0; i < n; ++i)
+        if (known[i] == 1) combination |= uint32_t(1) << i;
+    admitted_.emplace(s, combination);
+    return combination;
+}
+
+NodeRef MaskFiller::after_lexeme(const NodeRef& node, int32_t s, Meter& meter) {
+    if (s == 0) return node;
+    const int32_t tag = core_->lexer().tag(s);
+    return tag ? core_->end(node, tag, meter) : nullptr;
+}
+
+bool MaskFiller::accepting(const NodeRef& node, int32_t s, Meter& meter) {
+    NodeRef after = after_lexeme(node, s, meter);
+    return after && after->accepts;
+}
+
+int64_t MaskFiller::fill(const NodeRef& node, int32_t s, uint32_t* row, bool& any,
+                         Meter& meter) {
+    if (!node) throw std::invalid_argument("a chart node is required");
+    if (s < 0 || size_t(s) >= core_->lexer().n_states())
+        throw std::invalid_argument("lexer state out of range");
+    const int32_t started = s ? s : core_->start_of(*node);
+    const uint32_t combination = admitted(started);
+    auto trie = tries_.find(combination);
+    if (trie == tries_.end()) return int64_t(combination);
+    const size_t n_words = slices_->n_words;
+    for (size_t i = 0; i < slices_->bitmasks.size(); ++i) {
+        if (!(combination >> i & 1)) continue;
+        const uint32_t* words = slices_->bitmasks[i].data();
+        for (size_t w = 0; w < n_words; ++w) row[w] |= words[w];
+    }
+    core_->walk(node, started, *trie->second, combination, pieces_, meter,
+                [row](const std::vector<int32_t>& tokens) {
+                    for (int32_t t : tokens) set_bit(row, t);
+                });
+    NodeRef after = after_lexeme(node, s, meter);
+    if (after) {
+        for (const auto& [lexeme, token] : specials_)
+            if (std::binary_search(after->expected.begin(), after->expected.end(), lexeme))
+                set_bit(row, token);
+        if (after->accepts)
+            for (int64_t token : eos_) set_bit(row, token);
+    }
+    any = std::any_of(row, row + n_words, [](uint32_t w) { return w != 0; });
+    return -1;
+}
+
+void fill_batch(std::vector<FillJob>& jobs, int threads) {
+    std::map<std::mutex*, std::vector<FillJob*>> by_grammar;
+    for (FillJob& job : jobs) by_grammar[&job.filler->core().lexer().mutex()].push_back(&job);
+    std::vector<std::pair<std::mutex*, std::vector<FillJob*>>> groups(by_grammar.begin(),
+                                                                      by_grammar.end());
+    std::atomic<size_t> next{0};
+    auto work = [&groups, &next] {
+        for (size_t g = next++; g < groups.size(); g = next++) {
+            std::lock_guard<std::mutex> lock(*groups[g].first);
+            for (FillJob* job : groups[g].second) {
+                try {
+                    Meter unmetered;
+                    job->missing = job->filler->fill(job->node, job->s, job->row, job->any,
+                                                     unmetered);
+                } catch (...) {
+                    job->error = std::current_exception();
+                }
+            }
+        }
+    };
+    std::vector<std::thread> pool;
+    const size_t helpers = std::min(groups.size(), size_t(std::max(threads, 1))) - (groups.empty() ? 0 : 1);
+    for (size_t i = 0; i < helpers; ++i) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+}
+
+}  // namespace constrain
