@@ -54,12 +54,19 @@ MaskFiller::MaskFiller(std::shared_ptr<CFGCore> core, std::shared_ptr<const Slic
     });
 }
 
-void MaskFiller::add_trie(uint32_t combination, std::shared_ptr<const Trie> trie) {
-    if (combination >> slices_->languages.size())
+std::shared_ptr<const Trie> Slices::trie(uint32_t combination) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = tries_.find(combination);
+    return found == tries_.end() ? nullptr : found->second;
+}
+
+void Slices::add_trie(uint32_t combination, std::shared_ptr<const Trie> trie) const {
+    if (combination >> languages.size())
         throw std::invalid_argument("a slice combination out of range");
     for (int64_t t : trie->tokens)
-        if (t >= int64_t(slices_->n_words) * 32)
+        if (t >= int64_t(n_words) * 32)
             throw std::invalid_argument("a trie token is outside the vocabulary");
+    std::lock_guard<std::mutex> lock(mutex_);
     tries_[combination] = std::move(trie);
 }
 
@@ -136,15 +143,15 @@ int64_t MaskFiller::fill(const NodeRef& node, int32_t s, uint32_t* row, bool& an
         throw std::invalid_argument("lexer state out of range");
     const int32_t started = s ? s : core_->start_of(*node);
     const uint32_t combination = admitted(started);
-    auto trie = tries_.find(combination);
-    if (trie == tries_.end()) return int64_t(combination);
+    const std::shared_ptr<const Trie> trie = slices_->trie(combination);
+    if (!trie) return int64_t(combination);
     const size_t n_words = slices_->n_words;
     for (size_t i = 0; i < slices_->bitmasks.size(); ++i) {
         if (!(combination >> i & 1)) continue;
         const uint32_t* words = slices_->bitmasks[i].data();
         for (size_t w = 0; w < n_words; ++w) row[w] |= words[w];
     }
-    core_->walk(node, started, *trie->second, combination, pieces_, meter,
+    core_->walk(node, started, *trie, combination, pieces_, meter,
                 [row](const std::vector<int32_t>& tokens) {
                     for (int32_t t : tokens) set_bit(row, t);
                 });

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <tuple>
 #include <unordered_map>
@@ -27,6 +28,14 @@ struct Slices {
     size_t n_words = 0;
     // Throws std::invalid_argument naming the first inconsistency.
     void validate() const;
+    // The trie of the tokens outside the slices of `combination` (bit i: slice i), null until
+    // `add_trie` gave it (built in Python, once per vocabulary); safe from any thread.
+    std::shared_ptr<const Trie> trie(uint32_t combination) const;
+    void add_trie(uint32_t combination, std::shared_ptr<const Trie> trie) const;
+
+private:
+    mutable std::mutex mutex_;
+    mutable std::unordered_map<uint32_t, std::shared_ptr<const Trie>> tries_;
 };
 
 class MaskFiller {
@@ -36,10 +45,9 @@ public:
                std::vector<std::pair<int32_t, int64_t>> specials, std::vector<int64_t> eos,
                size_t max_pairs, size_t max_piece_entries, size_t max_piece_bytes);
     // Sets the allowed tokens' bits in `row` (n_words, zeroed by the caller). Returns -1, or
-    // the combination of admitted slices (bit i: slice i) whose trie `add_trie` must give
-    // first (nothing is filled then). `any` is set when a bit is set.
+    // the combination of admitted slices (bit i: slice i) whose trie `Slices::add_trie` must
+    // give first (nothing is filled then). `any` is set when a bit is set.
     int64_t fill(const NodeRef& node, int32_t s, uint32_t* row, bool& any, Meter& meter);
-    void add_trie(uint32_t combination, std::shared_ptr<const Trie> trie);
     bool accepting(const NodeRef& node, int32_t s, Meter& meter);
     const PieceCache& pieces() const { return pieces_; }
     CFGCore& core() { return *core_; }
@@ -58,7 +66,6 @@ private:
     std::vector<int> order_;  // slices asked in this order (larger languages first)
     std::unordered_map<int32_t, uint32_t> admitted_;  // per lexer state
     std::map<std::tuple<int32_t, int32_t, int>, bool> lexeme_admits_;  // (lexeme, at, slice)
-    std::unordered_map<uint32_t, std::shared_ptr<const Trie>> tries_;
     PieceCache pieces_;
 };
 

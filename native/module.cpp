@@ -340,7 +340,18 @@ void bind_cfg(py::module_& m) {
                  }
                  return out;
              }),
-             py::arg("languages"), py::arg("bitmasks"), py::arg("within"), py::arg("n_words"));
+             py::arg("languages"), py::arg("bitmasks"), py::arg("within"), py::arg("n_words"))
+        .def(
+            "add_trie",
+            [](const Slices& slices, uint32_t combination, std::shared_ptr<Trie> trie) {
+                try {
+                    slices.add_trie(combination, std::move(trie));
+                } catch (const std::invalid_argument& e) {
+                    throw py::value_error(e.what());
+                }
+            },
+            py::arg("combination"), py::arg("trie"),
+            "Give the trie without the slices of `combination` (bit i: slice i).");
 
     py::class_<MaskFiller>(m, "MaskFiller", "A grammar's whole masks over one vocabulary.")
         .def(py::init([](std::shared_ptr<CFGCore> core, std::shared_ptr<Slices> slices,
@@ -375,17 +386,6 @@ void bind_cfg(py::module_& m) {
             py::arg("node"), py::arg("s"), py::arg("row"), py::arg("meter"),
             "Set the allowed tokens' bits in `row` (zeroed by the caller): (-1 or the slice "
             "combination whose trie is missing, whether a bit is set).")
-        .def(
-            "add_trie",
-            [](MaskFiller& f, uint32_t combination, std::shared_ptr<Trie> trie) {
-                Hold hold(f.core().lexer());
-                try {
-                    f.add_trie(combination, std::move(trie));
-                } catch (const std::invalid_argument& e) {
-                    throw py::value_error(e.what());
-                }
-            },
-            py::arg("combination"), py::arg("trie"))
         .def_property_readonly("piece_bytes", [](MaskFiller& f) {
             Hold hold(f.core().lexer());
             return f.pieces().bytes();

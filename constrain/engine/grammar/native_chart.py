@@ -163,10 +163,10 @@ class NativeMasks:
             self.add_trie(missing)
 
     def add_trie(self, combination: int) -> None:
-        """Give the filler the trie without the slices of `combination` (bit i: slice i),
-        which the first state admitting them asks for."""
+        """Give the native slices the trie without the slices of `combination` (bit i: slice
+        i), which the first state of any grammar admitting them asks for."""
         admitted = tuple(bool(combination >> i & 1) for i in range(len(self._slices.slices)))
-        self._filler.add_trie(combination, self._slices.trie_without(admitted).native)
+        self._slices.native.add_trie(combination, self._slices.trie_without(admitted).native)
 
     @property
     def piece_bytes(self) -> int:
