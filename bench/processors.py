@@ -71,9 +71,8 @@ def first_step_kl(model, prompt: str, processors: list) -> float:
     """KL(processed || plain) of the first next-token distribution."""
     ids = model.encode_prompt(prompt)
     stack = BoundStack(ProcessorStack(processors), model, ids, prompt)
-    sequence = Sequence(
-        model, stack, cn.Constraint(cn.Grammar.from_regex("(?:.|\n)*"), model.vocab).start()
-    )
+    constraint = cn.Constraint(cn.Grammar.from_regex("(?:.|\n)*"), model.vocab)
+    sequence = Sequence(model, stack, constraint.start(), constraint)
     ((rows, term_rows),) = forward([sequence])
     processed = stack.after_constraint(sequence.control_row(rows, term_rows), ()).double()
     main = rows[-1]

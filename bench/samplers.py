@@ -147,7 +147,7 @@ def run_one(
     stats = DecodeStats()
     t0 = time.perf_counter()
     matcher = _Recording(constraint.start())
-    sequence = Sequence(model, BoundStack.plain(model, prompt_ids), matcher)
+    sequence = Sequence(model, BoundStack.plain(model, prompt_ids), matcher, constraint)
     strategy = Sampling(token_sampler(sampler), generator, stats, scores_eos=False)
     for _ in decode([sequence], strategy, max_tokens=max_tokens):
         pass

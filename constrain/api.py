@@ -180,7 +180,8 @@ class Run:
         for i, stack in enumerate(stacks):
             matcher = generator.constraint.start(budget)
             first = decoding.Sequence(
-                generator.model, stack, matcher, backtracks=backtracks, group=i
+                generator.model, stack, matcher, generator.constraint, backtracks=backtracks,
+                group=i,
             )
             copies = self.smc.particles - 1 if self.smc is not None else 0
             self.sequences += [first] + [first.fork() for _ in range(copies)]

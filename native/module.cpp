@@ -372,15 +372,18 @@ void bind_cfg(py::module_& m) {
             "fill",
             [](MaskFiller& f, const NodeRef& node, int32_t s, py::array_t<int32_t> row,
                Meter& meter) {
-                Hold hold(f.core().lexer());
                 node_given(node);
-                lexer_state_given(f.core(), s);
                 if (row.ndim() != 1 || size_t(row.shape(0)) != f.n_words() ||
                     !(row.flags() & py::array::c_style) || !row.writeable())
                     throw py::value_error("the row must be a writable int32 array of n_words");
+                auto* words = reinterpret_cast<uint32_t*>(row.mutable_data());
                 bool any = false;
-                int64_t missing = f.fill(node, s, reinterpret_cast<uint32_t*>(row.mutable_data()),
-                                         any, meter);
+                int64_t missing;
+                {  // without the GIL (other threads' masks run meanwhile), then the lock
+                    py::gil_scoped_release release;
+                    std::lock_guard<std::mutex> lock(f.core().lexer().mutex());
+                    missing = f.fill(node, s, words, any, meter);
+                }
                 return py::make_tuple(missing, any);
             },
             py::arg("node"), py::arg("s"), py::arg("row"), py::arg("meter"),

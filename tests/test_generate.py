@@ -282,7 +282,7 @@ def _toy_sequence(pattern: str, backtracks: int, max_tokens: int | None = None):
     lm = ToyLM(["a", "b"], lambda context: [0.5, 0.5, 0.0])
     constraint = cn.Constraint(cn.Grammar.from_regex(pattern), lm.vocab)
     stack = BoundStack.plain(lm, [lm.bos_id])
-    return Sequence(lm, stack, constraint.start(max_tokens), backtracks=backtracks)
+    return Sequence(lm, stack, constraint.start(max_tokens), constraint, backtracks=backtracks)
 
 
 def test_recurring_dead_ends_jump_back_further():

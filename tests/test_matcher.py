@@ -28,7 +28,7 @@ REGEXES = [
 
 def _random_path(matcher: cn.Matcher, rng: np.random.Generator, steps: int) -> list[int]:
     """Advance by `steps` random allowed text tokens; returns the tokens consumed."""
-    eos = set(matcher.constraint.vocab.eos_ids)
+    eos = set(matcher.mask_source()[0].vocab.eos_ids)
     consumed = []
     for _ in range(steps):
         allowed = [t for t in np.flatnonzero(matcher.mask()).tolist() if t not in eos]

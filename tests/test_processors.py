@@ -289,7 +289,7 @@ def test_term_streams_batch_and_roll_back_with_the_sequence(tiny_model):
     c = cn.Constraint(cn.Grammar.from_regex(r"[a-z]{40}"), tiny_model.vocab)
 
     def fresh(tokens):
-        s = Sequence(tiny_model, stack, c.start())
+        s = Sequence(tiny_model, stack, c.start(), c)
         s.emit(tokens)
         return s
 

@@ -213,7 +213,7 @@ def test_lookup_draft_ends_at_eos():
     eos = lm.vocab.eos_ids[0]
     prompt = [1, 0, eos, 0]  # "b a" once before, followed by EOS
     constraint = cn.Constraint(cn.Grammar.from_regex("(ba)+"), lm.vocab)
-    s = Sequence(lm, BoundStack.plain(lm, prompt), constraint.start())
+    s = Sequence(lm, BoundStack.plain(lm, prompt), constraint.start(), constraint)
     s.emit([1, 0])  # "ba"
     config = cn.DecodingConfig(speculative=cn.Speculative(forced=False, k=8), greedy=True)
     strategy = SpeculativeSampling(config, None, DecodeStats())

@@ -67,7 +67,7 @@ class Constraint:
             max_tokens: a token budget (EOS not counted): the matcher then allows only tokens
                 after which the text can still be completed within it (see `Budgeted`).
         """
-        matcher: TokenMatcher = self.token_automaton.start(self)
+        matcher: TokenMatcher = self.token_automaton.start()
         if self.grammar.check is not None:
             matcher = TextChecked(matcher, self.grammar.check, self.vocab, self.checked_masks)
         if max_tokens is not None:

@@ -11,7 +11,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from constrain.engine.matcher import TokenMatcher, advance_many
+from constrain.engine.matcher import TokenAutomaton, TokenMatcher, advance_many
 
 __all__ = ["MatcherWrapper"]
 
@@ -23,10 +23,6 @@ class MatcherWrapper:
 
     def __init__(self, inner: TokenMatcher):
         self.inner = inner
-
-    @property
-    def constraint(self):
-        return self.inner.constraint
 
     @property
     def state(self) -> Hashable:
@@ -41,6 +37,9 @@ class MatcherWrapper:
 
     def bitmask(self) -> np.ndarray:
         return self.inner.bitmask()
+
+    def mask_source(self) -> tuple[TokenAutomaton, Hashable]:
+        return self.inner.mask_source()
 
     def mask(self) -> np.ndarray:
         return self.inner.mask()

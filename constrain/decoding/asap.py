@@ -75,7 +75,7 @@ class ASAp:
 
     def bind(self, sequence: Sequence) -> None:
         """Check that `sequence` samples what this trie describes (the first one sets it)."""
-        grammar = sequence.matcher.constraint.grammar
+        grammar = sequence.constraint.grammar
         signature = {
             "model": getattr(sequence.model, "name", ""),
             "vocab_size": sequence.model.vocab.size,

@@ -103,7 +103,7 @@ class Job:
         _finish_at_length(due, self.strategy)
         for s in running:
             if s.running and not self.strategy.scores_eos and s.matcher.done():
-                s.emit(s.matcher.constraint.vocab.eos_ids[:1])
+                s.emit(s.model.vocab.eos_ids[:1])
             if not s.running:
                 self.strategy.finished(s)
         return [s for s in running if s.running]
@@ -160,11 +160,7 @@ class MaskPrefill:
     _pool: ThreadPoolExecutor | None = None
 
     def __init__(self, sequences: list[Sequence]):
-        states = [
-            (s.matcher.constraint.token_automaton, s.matcher.state)
-            for s in sequences
-            if s.matcher.constraint is not None
-        ]
+        states = [s.matcher.mask_source() for s in sequences]
         self._future: Future | None = None
         if states:
             if MaskPrefill._pool is None:
@@ -314,12 +310,12 @@ def _finish_at_length(sequences: list[Sequence], strategy: Strategy) -> None:
         for s, rows in zip(complete, forward(complete, stats=strategy.stats)):
             row = s.stack.after_constraint(s.control_row(*rows), s.tokens, truncate=False)
             s.log_weight += float(
-                torch.logsumexp(row[list(s.matcher.constraint.vocab.eos_ids)].double(), dim=-1)
+                torch.logsumexp(row[list(s.model.vocab.eos_ids)].double(), dim=-1)
             )
     for s in sequences:
         if s.matcher.accepting():
             ended = s.matcher.done()  # only EOS could follow: the text ended in time
-            s.matcher.advance(s.matcher.constraint.vocab.eos_ids[0])
+            s.matcher.advance(s.model.vocab.eos_ids[0])
             s.finish("stop" if ended else "length")
         else:
             s.log_weight = -math.inf

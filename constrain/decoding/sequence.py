@@ -18,6 +18,7 @@ from typing import NamedTuple
 import torch
 
 from constrain.constraints.budget import Budgeted
+from constrain.constraints.constraint import Constraint
 from constrain.decoding.text import DecodedText
 from constrain.engine.matcher import TokenMatcher
 from constrain.models.base import LanguageModel, Stream
@@ -51,13 +52,16 @@ class Sequence:
         model: LanguageModel,
         stack: BoundStack,
         matcher: TokenMatcher,
+        constraint: Constraint,
         *,
         backtracks: int = 0,
         group: int = 0,
     ):
-        """A sequence after the prompt of `stack`, prefilled; it may undo `backtracks` times
-        at dead ends."""
+        """A sequence after the prompt of `stack`, prefilled, under `matcher`, which
+        `constraint` started (what the sequence's draws share with others: masks on a device,
+        the grammar); it may undo `backtracks` times at dead ends."""
         self.model, self.stack, self.matcher, self.group = model, stack, matcher, group
+        self.constraint = constraint
         self.stream: Stream | None = model.start(stack.prompt_ids)
         self.terms = stack.start_terms()  # the processors' streams (None: reads the main row)
         self.tokens: list[int] = []
@@ -123,13 +127,14 @@ class Sequence:
                 return
             self._append(token, to_streams=i >= in_streams)
 
-    def force(self, tokens: Tokens[int], matcher: TokenMatcher) -> None:
+    def force(self, tokens: Tokens[int], matcher: TokenMatcher, constraint: Constraint) -> None:
         """Append `tokens`, text a format fixes (a tool call's wrapper, a thinking section's
         end), to the tokens and every stream, then continue under `matcher`, which starts
-        after them: the text becomes a new section with a constraint of its own."""
+        after them: the text becomes a new section with a constraint of its own, which
+        `constraint` started."""
         for token in tokens:
             self._append(token)
-        self.matcher = matcher
+        self.matcher, self.constraint = matcher, constraint
         if self.backtracker is not None:  # no backtrack reaches into an earlier section
             self.backtracker.banned.clear()
 

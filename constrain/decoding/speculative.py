@@ -73,7 +73,7 @@ class SpeculativeSampling(Sampling):
     def propose(self, s: Sequence, k: int) -> tuple[list[Draft], float]:
         """Drafts after `s`: one chain of at most k tokens, plus branches where prompt lookup
         finds several continuations (at its first use); and the draft model's seconds."""
-        settings, eos = self.settings, s.matcher.constraint.vocab.eos_ids
+        settings, eos = self.settings, s.model.vocab.eos_ids
         model_s = 0.0
         main = Draft(s.matcher)
         drafts = [main]
@@ -101,7 +101,7 @@ class SpeculativeSampling(Sampling):
                 break
             drafter.sync(s.tokens + main.tokens)
             final = main.final
-            mask = final.constraint.device_mask(final, "cpu") if settings.mask_drafts else None
+            mask = s.constraint.device_mask(final, "cpu") if settings.mask_drafts else None
             t_model = time.perf_counter()
             token, proposal = drafter.propose(mask, self.generator, self.greedy)
             model_s += time.perf_counter() - t_model
@@ -130,7 +130,7 @@ class SpeculativeSampling(Sampling):
     def _take_forced(self, s: Sequence, draft: Draft, k: int) -> bool:
         """Draft the forced text token by token: where the model tokenized the same forced
         text before, its token; else the canonical tokenization (backed off at the end)."""
-        choices = draft.final.constraint.forced_choices
+        choices = s.constraint.forced_choices
         forced = draft.final.forced_bytes()
         taken = 0
         while forced and len(draft) < k:
@@ -152,7 +152,7 @@ class SpeculativeSampling(Sampling):
     def verify(self, s: Sequence, branches, drafts, scored, constraint_s: float) -> None:
         """Emit on `s` the kept tokens of its drafts and one more (see the module docstring)."""
         emitted: list[int] = []
-        eos = set(s.matcher.constraint.vocab.eos_ids)
+        eos = set(s.model.vocab.eos_ids)
         alive = list(range(len(drafts)))  # branches that agree with what was emitted
         while True:
             i = len(emitted)
@@ -179,7 +179,7 @@ class SpeculativeSampling(Sampling):
             if i < len(draft) and draft.forced[i] and d.token != draft.tokens[i]:
                 data = s.model.vocab.token_bytes(d.token) or b""
                 if data and draft.forced[i].startswith(data):
-                    s.matcher.constraint.forced_choices[(s.model.name, draft.forced[i])] = d.token
+                    s.constraint.forced_choices[(s.model.name, draft.forced[i])] = d.token
             matching = [c for c in alive if i < len(drafts[c]) and drafts[c].tokens[i] == d.token]
             if not matching or d.token in eos:
                 break

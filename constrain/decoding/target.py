@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from constrain.constraints.logits import apply_bitmask_
+from constrain.constraints.logits import apply_bitmask_, device_bitmask
 from constrain.engine.matcher import TokenMatcher
 from constrain.processors.bound import BoundStack
 from constrain.samplers.base import Draw, TokenSampler, categorical
@@ -32,7 +32,7 @@ def distribution(
 ) -> tuple[torch.Tensor, float]:
     """``(log p~, log Z)``: the normalised target in float64 and the mass the constraint
     allowed (LCD's weight; -inf when nothing allowed has probability > 0)."""
-    packed = matcher.constraint.device_bitmask(matcher, row.device)
+    packed = device_bitmask(matcher, row.device)
     if not stack.truncates:
         row = stack.after_constraint(row, prefix)
     masked = apply_bitmask_(row.to(torch.float64, copy=True), packed)
@@ -58,7 +58,7 @@ def draw(
     With truncation warpers the row is masked first, and the weight is the allowed mass
     before truncation times the sampler's own."""
     if matcher.done():
-        eos_ids = list(matcher.constraint.vocab.eos_ids)
+        eos_ids = list(stack.model.vocab.eos_ids)
         rows = stack.after_constraint(row, prefix, truncate=False)[eos_ids]
         pick, log_z = categorical(rows, generator)
         if pick < 0:

@@ -1,8 +1,10 @@
 """The token-level automaton and the Matcher: which tokens keep a text in the language.
 
 A `TokenAutomaton` is a grammar's byte automaton read through a vocabulary. It owns what
-every sequence can share: the token masks (packed bitmasks), computed lazily (one trie walk per automaton state,
-on first visit) and cached by state, and the state after a token, cached by (state, token).
+every sequence can share: the token masks (packed bitmasks), computed lazily (one native call
+per automaton state where the grammar has native masks, else a trie walk, on first visit) and
+cached by state, and the state after a token, cached by (state, token). `prefill_masks`
+computes the missing masks of a whole batch at once, on threads without the GIL.
 
 A `Matcher` is one sequence's position in it: a stack of states, one per consumed token, so
 `rollback(n)` is a pop and `fork()` a list copy. It holds automaton state only. What else a
@@ -22,7 +24,7 @@ Errors on the hot path raise: `advance` with a forbidden token raises `InvalidTo
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -42,6 +44,7 @@ __all__ = [
 ]  # fmt: skip
 
 FINISHED: Hashable = object()  # the state after EOS
+_UNKNOWN = object()  # not in a cache
 _MAX_FORCED_BACKOFF = 3  # forced tokens dropped at most from the end (token healing)
 _MAX_CACHED_STEPS = 2**18  # token transitions remembered per automaton
 _IDS_PER_UNIT = 64  # ids of a mask (allocated, packed, ORed, slices tested) per unit burnt
@@ -52,12 +55,13 @@ class TokenMatcher(Protocol):
     interface, implemented by `Matcher` and by the wrappers composed over it."""
 
     @property
-    def constraint(self) -> Any:
-        """The constraint that started this matcher (its shared caches)."""
-
-    @property
     def state(self) -> Hashable:
         """The current automaton state (`FINISHED` after EOS)."""
+
+    def mask_source(self) -> tuple[TokenAutomaton, Hashable]:
+        """The token automaton and state whose mask `bitmask` starts from (what a batch
+        computes ahead: `prefill_masks`)."""
+        ...
 
     @property
     def n_tokens(self) -> int:
@@ -203,10 +207,9 @@ class TokenAutomaton:
         """The state after a text or special token (not EOS), or None if it is not allowed.
         Cached: a sampler checks a token and then advances with it, and states recur."""
         key = (state, token)
-        steps = self.steps
-        if key in steps:
-            return steps[key]
-        nxt = steps[key] = self.step_once(state, token)
+        nxt = self.steps.get(key, _UNKNOWN)
+        if nxt is _UNKNOWN:
+            nxt = self.steps[key] = self.step_once(state, token)
         return nxt
 
     def successors(self, state: Hashable) -> list[tuple[Hashable, np.ndarray]]:
@@ -246,9 +249,9 @@ class TokenAutomaton:
         data = self.vocab.token_bytes(token)
         return self.automaton.step(state, data) if data else None
 
-    def start(self, constraint: Any = None) -> Matcher:
-        """A Matcher at the start of the text (`constraint`: the owner it reports)."""
-        return Matcher(self, [self.automaton.start], constraint)
+    def start(self) -> Matcher:
+        """A Matcher at the start of the text."""
+        return Matcher(self, [self.automaton.start])
 
     @property
     def cached_states(self) -> int:
@@ -264,11 +267,10 @@ class TokenAutomaton:
 class Matcher:
     """One sequence's position in a `TokenAutomaton`: check, advance, mask, roll back, fork."""
 
-    __slots__ = ("automaton", "constraint", "_states")
+    __slots__ = ("automaton", "_states")
 
-    def __init__(self, automaton: TokenAutomaton, states: list, constraint: Any = None):
+    def __init__(self, automaton: TokenAutomaton, states: list):
         self.automaton = automaton
-        self.constraint = constraint
         self._states = states
 
     # -- queries (no state change) --------------------------------------------------------------
@@ -280,6 +282,9 @@ class Matcher:
     @property
     def n_tokens(self) -> int:
         return len(self._states) - 1
+
+    def mask_source(self) -> tuple[TokenAutomaton, Hashable]:
+        return self.automaton, self._states[-1]
 
     def finished(self) -> bool:
         return self._states[-1] is FINISHED
@@ -385,7 +390,7 @@ class Matcher:
             del self._states[-n:]
 
     def fork(self) -> Matcher:
-        return Matcher(self.automaton, list(self._states), self.constraint)
+        return Matcher(self.automaton, list(self._states))
 
     def why_invalid(self, token: int) -> str:
         """Why the automaton refuses `token` here, in words."""

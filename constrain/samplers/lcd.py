@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from constrain.constraints.logits import apply_bitmask_
+from constrain.constraints.logits import apply_bitmask_, device_bitmask
 from constrain.engine.matcher import TokenMatcher
 from constrain.samplers.base import Draw, categorical
 
@@ -36,7 +36,7 @@ class LCD:
         greedy: bool = False,
     ) -> Draw:
         t0 = time.perf_counter()
-        packed = matcher.constraint.device_bitmask(matcher, logprobs.device)
+        packed = device_bitmask(matcher, logprobs.device)
         spent = time.perf_counter() - t0
         masked = apply_bitmask_(logprobs.clone(), packed)
         if greedy:

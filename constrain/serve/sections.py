@@ -234,7 +234,7 @@ class Answer:
         `budget`, of the tokens left less `reserve` (what must still follow)."""
         left = self.plan.max_tokens - len(s.tokens) - len(forced) - reserve
         matcher = constraint.start(max(left, 0) if budget and self.plan.budget else None)
-        s.force(forced, matcher)
+        s.force(forced, matcher, constraint)
         self._at(s, section, len(s.tokens))
 
     def _at(self, s: Generation, section: str, start: int) -> None:
@@ -289,7 +289,7 @@ class Answer:
             matcher = calls.body.start(max(left, 0) if self.plan.budget else None)
             for token in s.tokens[start:]:
                 matcher.advance(token)
-            s.force([], matcher)
+            s.force([], matcher, calls.body)
             self._at(s, "call", start)
         elif not calls.trigger.startswith(text):
             self._at(s, "content", self.section_start)

@@ -43,6 +43,9 @@ class NativeChart:
 
         self.native = native  # the extension module
         self.lexer = lexer
+        # for calls with no fuel active (what it counts is never read; the grammar's lock
+        # guards it, as every call on this grammar)
+        self._unmetered = native.Meter(_UNMETERED)
         self.next_sym, self.lhs = rules.next_sym, rules.lhs
         self.accept_item = 1
         next_sym = np.array(
@@ -65,7 +68,9 @@ class NativeChart:
     def metered(self, fn, *args):
         """`fn(*args, meter)` given the active fuel's units; burns what it used."""
         left = units_left()
-        meter = self.native.Meter(_UNMETERED if left is None else left)
+        if left is None:
+            return self.lexer.call(fn, *args, self._unmetered)
+        meter = self.native.Meter(left)
         try:
             return self.lexer.call(fn, *args, meter)
         finally:
