@@ -87,7 +87,7 @@ test-sanitize: $(VENV)/.dev
 	status=$$?; \
 	if [ $$status = 0 ]; then \
 		CONSTRAIN_SANITIZE=thread $(BIN)/python setup.py -q build_ext --inplace --force && \
-		$(TSAN_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider -k batch tests/test_native.py; \
+		$(TSAN_ENV) $(BIN)/python -m pytest -q -s -p no:cacheprovider -k batch tests/test_native.py; \
 		status=$$?; \
 	fi; \
 	$(BIN)/python setup.py -q build_ext --inplace --force; exit $$status
