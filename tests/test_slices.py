@@ -77,22 +77,3 @@ def test_grammar_string_states_admit_the_text_slices(smollm_vocab: Vocabulary):
     # the mask read off the slices equals a per-token walk on a Constraint with no mask cached
     mask = assert_mask_matches_checks(grammar, smollm_vocab, prefix, m.mask())
     assert mask.sum() > 0.9 * len(smollm_vocab.text_token_ids)
-
-
-@pytest.mark.parametrize("engine", ["python", "native"])
-def test_a_long_length_bound_admits_the_slices_that_fit(smollm_vocab: Vocabulary, engine: str):
-    """Inside a string of at most 1,024 characters, the text slices of at most 10 and 30
-    characters are admitted whole while that many characters are left, and not once fewer
-    are (a string of them would overrun: the automaton itself refuses it); the unbounded
-    slice never is. So a mask there ORs slices instead of walking the whole vocabulary."""
-    grammar = cn.Grammar.from_json_schema({"type": "string", "maxLength": 1024})
-    automaton = grammar.with_engine(engine).automaton
-    by_pattern = {s.pattern: s.language for s in slices_of(smollm_vocab).slices}
-    ten, thirty, unbounded = (by_pattern[p] for p in SLICE_PATTERNS[1:])
-    for written, fits in [(40, (True, True)), (1000, (True, False)), (1020, (False, False))]:
-        state = automaton.step(automaton.start, b'"' + b"a" * written)
-        got = tuple(automaton.admits(state, language) for language in (ten, thirty))
-        assert got == fits, written
-        for n, ok in zip((10, 30), fits):
-            assert (automaton.step(state, b"b" * n) is not None) == ok  # the oracle
-        assert not automaton.admits(state, unbounded)

@@ -22,11 +22,12 @@ import warnings
 from functools import lru_cache
 from typing import Any
 
-from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule
+from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule, repeat
 from constrain.engine.regex import (
     ByteDFA,
     compile_regex,
     dfa_from_strings,
+    dfa_from_table,
     quoted,
     repeat_unit,
 )
@@ -56,6 +57,7 @@ from constrain.jsonschema.wellformed import check_json_value, parse_schema_text
 __all__ = ["DRAFTS", "WHITESPACE", "Layout", "compile_schema", "draft_validator"]
 
 _ABSENT = Prop(NOTHING)
+_CHUNK = 32  # characters per chunk lexeme of a long string
 _MAX_SUBSETS = 10  # with any_order, objects of more named properties count required ones
 _FEW_KEYS = 16  # a region of at most this many keys is compiled as named properties
 _MAX_SITES = 64  # schema objects validated on the value (check sites) per schema
@@ -245,23 +247,41 @@ class _Emitter:
         return name
 
     def counted_string(self, lengths: Lengths) -> str:
-        """Strings of low..high characters (of `within`, or any): one lexeme whose states
-        count the characters as they are read (`counted_lexeme`). A mask inside a long string
-        then admits the vocabulary's text slices whole while enough characters are left."""
+        """Strings of low..high characters, counted in chunks of `_CHUNK` characters: a chunk
+        lexeme is exactly that long, so the lexer never has to guess where one ends.
+
+        A chain over the chunks read so far (size linear in high / _CHUNK): after n chunks the
+        string ends with a tail of the characters still allowed, or reads another chunk; once
+        the minimum is behind and there is no maximum, chunks repeat in a left-recursive list
+        (whose parser states recur, so their masks are cached).
+        """
         key = ("text", lengths)
-        for keyword, n in (("minLength", lengths.low), ("maxLength", lengths.high)):
-            if n is not None and n > MAX_COUNTED_LENGTH:
-                raise UnsupportedSchemaError(
-                    f"{keyword} {n} exceeds the largest length counted ({MAX_COUNTED_LENGTH:,} "
-                    "characters)",
-                    keyword,
-                    "",
-                )
-        if key not in self.names:
-            if lengths.within is None:
-                lengths = Lengths(lengths.low, lengths.high, _any_string())
-            self.names[key] = self.counted_lexeme(lengths)
-        return self.names[key]
+        if key in self.names:
+            return self.names[key]
+        if lengths.within is not None:
+            name = self.names[key] = self.counted_lexeme(lengths)
+            return name
+        name = self.names[key] = f"text{len(self.names)}"
+        chunk = self.dfa_lexeme("chunk", _chunk_dfa(_CHUNK, _CHUNK, ""), in_string=True)
+        low, high = lengths.low, lengths.high
+        last = low // _CHUNK + 1 if high is None else high // _CHUNK
+        for n in range(last + 1):
+            here = f"{name}_{n}"
+            if high is None and n == last:  # any number of further chunks, then any tail
+                more = repeat(self.rules, f"{name}_more", (chunk,), 0, None)
+                tail = self.dfa_lexeme("tail", _chunk_dfa(0, _CHUNK - 1, '"'), in_string=True)
+                self.add(here, (more, tail))
+                break
+            tail_low = max(0, low - n * _CHUNK)
+            tail_high = min(_CHUNK - 1, high - n * _CHUNK) if high is not None else _CHUNK - 1
+            if tail_low <= tail_high:
+                tail_dfa = _chunk_dfa(tail_low, tail_high, '"')
+                self.add(here, (self.dfa_lexeme("tail", tail_dfa, in_string=True),))
+            if n < last:
+                self.add(here, (chunk, f"{name}_{n + 1}"))
+        self.close(f"{name}_{n}" for n in range(last + 1))
+        self.add(name, (self.literal('"'), f"{name}_0"))
+        return name
 
     def array(self, a: ArrayShape, depth: int) -> str:
         """Arrays as a machine over (items written, `contains` matches counted)."""
@@ -424,7 +444,7 @@ class _Emitter:
         built as they are read (`CountedDFA`), spelled as the `spellings` option says."""
         within = lengths.within
         assert within is not None
-        char = compile_regex(ANY_CHAR, encoding="json")
+        char = _chunk_dfa(1, 1, "")
         if self.spellings == "all":
             strings, char = every_escape(within), every_escape(char, in_string=True)
         else:
@@ -443,20 +463,24 @@ class _Emitter:
         return self.keys[key]
 
 
-MAX_COUNTED_LENGTH = 2**53  # characters a string's length may be counted to (natively, in int64)
-
-
-@lru_cache(maxsize=1)
-def _any_string() -> ByteDFA:
-    """Every quoted JSON string (shared: its escapes are found once, see `every_escape`)."""
-    return quoted(repeat_unit(compile_regex(ANY_CHAR, encoding="json"), 0, None))
-
-
 @lru_cache(maxsize=4096)
 def _key_dfa(key: str) -> ByteDFA:
     """The one text of a property name, as a DFA (shared, so where its strings' characters are
     is found once: see `every_escape`)."""
     return dfa_from_strings([key_text(key)])
+
+
+@lru_cache(maxsize=256)
+def _chunk_dfa(low: int, high: int, end: str) -> ByteDFA:
+    """The body characters of a string, low..high of them, then `end` (the closing quote)."""
+    char = compile_regex(ANY_CHAR, encoding="json")
+    body = repeat_unit(char, low, high)
+    if not end:
+        return body
+    whole = quoted(body)  # then skip the opening quote
+    table = whole.transitions[1:].astype("int64") - 1
+    start = whole.step(whole.start, ord('"')) - 1
+    return dfa_from_table(table, whole.accepting[1:], start, f'{body.pattern}"')
 
 
 def compile_schema(

@@ -75,8 +75,8 @@ class Grammar(EngineGrammar):
             timeout=timeout,
             spellings=spellings,
         )
-        # JSON separates every value by punctuation, and a counted string is one lexeme up to
-        # its closing quote: no lexeme can be trapped by longest match, so the lint is skipped
+        # JSON separates every value by punctuation, and a string chunk is a fixed length:
+        # no lexeme can be trapped by longest match, so the lint is skipped
         grammar = cls.from_ir(ir, kind="json_schema", lint=False)
         grammar.check = check
         return grammar

@@ -72,8 +72,8 @@ KEYWORDS: dict[str, tuple[str, str]] = {
                     "site; no lookahead: dead ends are backtracked by `generate` "
                     "(`backtracks=`)"),
     "minLength / maxLength": ("exact", "code points; escapes count as one character; long "
-                              "bounds (alone or beside a pattern) counted by a lexeme whose "
-                              "states are built as they are read"),
+                              "bounds counted in the grammar in 32-character chunks, and "
+                              "beside a large pattern in a lexeme built as it is read"),
     "pattern": ("exact", "ECMA-262 search semantics (Unicode `\\s`, `\\S` also inside a "
                 "class), intersected with length and format; lookaheads (not nested), `^` and `$` "
                 "anywhere; no "

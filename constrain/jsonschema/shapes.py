@@ -132,8 +132,8 @@ class Shape:
 class Lengths:
     """The strings of `within` (every string when None) with `low`..`high` characters, kept
     symbolic in a shape (its `scalars` then hold none of them) because as one DFA they would be
-    huge: a long bound alone (`maxLength: 32767`) or a bound times a large pattern. The grammar
-    makes it a lexeme whose states are built as they are read
+    huge: a long bound alone (`maxLength: 32767`), which the grammar counts in fixed-size
+    chunks, or a bound times a large pattern, which becomes a lexeme built as it is read
     (`constrain.engine.regex.counted`). Where the algebra must have them as a DFA after all
     (`ShapeAlgebra.text_dfa`), it raises beyond the size limits."""
 
