@@ -131,11 +131,6 @@ NodeRef MaskFiller::after_lexeme(const NodeRef& node, int32_t s, Meter& meter) {
     return tag ? core_->end(node, tag, meter) : nullptr;
 }
 
-bool MaskFiller::accepting(const NodeRef& node, int32_t s, Meter& meter) {
-    NodeRef after = after_lexeme(node, s, meter);
-    return after && after->accepts;
-}
-
 int64_t MaskFiller::fill(const NodeRef& node, int32_t s, uint32_t* row, bool& any,
                          Meter& meter) {
     if (!node) throw std::invalid_argument("a chart node is required");

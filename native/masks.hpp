@@ -48,7 +48,6 @@ public:
     // the combination of admitted slices (bit i: slice i) whose trie `Slices::add_trie` must
     // give first (nothing is filled then). `any` is set when a bit is set.
     int64_t fill(const NodeRef& node, int32_t s, uint32_t* row, bool& any, Meter& meter);
-    bool accepting(const NodeRef& node, int32_t s, Meter& meter);
     const PieceCache& pieces() const { return pieces_; }
     CFGCore& core() { return *core_; }
     size_t n_words() const { return slices_->n_words; }
