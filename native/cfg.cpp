@@ -112,7 +112,7 @@ bool CFGCore::step(NodeRef& node, int32_t& s, const uint8_t* data, size_t n, Met
     return true;
 }
 
-void CFGCore::walk(const NodeRef& node, int32_t s, const Trie& trie, uint32_t trie_id,
+void CFGCore::walk(const NodeRef& node, int32_t s, const Trie& trie, const SliceFilter& filter,
                    PieceCache& cache, Meter& meter,
                    const std::function<void(const std::vector<int32_t>&)>& found) {
     struct Pending {
@@ -121,7 +121,7 @@ void CFGCore::walk(const NodeRef& node, int32_t s, const Trie& trie, uint32_t tr
     };
     if (s == kFresh) s = start_of(*node);
     std::vector<Pending> stack;
-    stack.push_back({node, PieceKey{trie_id, s, true, {}}});
+    stack.push_back({node, PieceKey{filter.combination, s, true, {}}});
     std::vector<int64_t> roots(trie.children.begin() + trie.child_start[0],
                                trie.children.begin() + trie.child_start[1]);
     while (!stack.empty()) {
@@ -132,7 +132,7 @@ void CFGCore::walk(const NodeRef& node, int32_t s, const Trie& trie, uint32_t tr
             meter.burn(1);
             const auto& starts = here.key.at_root ? roots : here.key.starts;
             auto built = std::make_shared<Piece>(
-                walk_lexer(*lexer_, trie, here.key.state, starts, here.key.at_root));
+                walk_lexer(*lexer_, trie, here.key.state, starts, here.key.at_root, filter));
             size_t n_found = built->tokens.size();
             for (const auto& [tag, nodes] : built->ends) n_found += nodes.size();
             meter.burn(1 + int64_t(n_found) / kFoundPerUnit);
@@ -144,7 +144,7 @@ void CFGCore::walk(const NodeRef& node, int32_t s, const Trie& trie, uint32_t tr
             NodeRef after = end(here.node, tag, meter);
             if (!after) continue;
             const int32_t start = start_of(*after);
-            stack.push_back({std::move(after), PieceKey{trie_id, start, false, nodes}});
+            stack.push_back({std::move(after), PieceKey{filter.combination, start, false, nodes}});
         }
     }
 }

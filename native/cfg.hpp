@@ -19,25 +19,25 @@ namespace constrain {
 // Where a mask piece starts: a lexer state and trie nodes (the root's children, or nodes
 // whose byte started a lexeme).
 struct PieceKey {
-    uint32_t trie = 0;  // which of the caller's tries
+    uint32_t combination = 0;  // the slices the walk skips (SliceFilter)
     int32_t state = 0;
     bool at_root = false;
     std::vector<int64_t> starts;  // empty at the root
     bool operator==(const PieceKey& o) const {
-        return trie == o.trie && state == o.state && at_root == o.at_root && starts == o.starts;
+        return combination == o.combination && state == o.state && at_root == o.at_root && starts == o.starts;
     }
 };
 
 struct PieceKeyHash {
     size_t operator()(const PieceKey& k) const noexcept {
         uint64_t h = (uint64_t(uint32_t(k.state)) * 0x9E3779B97F4A7C15ull + k.at_root) ^
-                     (uint64_t(k.trie) << 40);
+                     (uint64_t(k.combination) << 40);
         for (int64_t n : k.starts) h = (h ^ uint64_t(n)) * 1099511628211ull;
         return size_t(h);
     }
 };
 
-// The mask pieces of one grammar over one trie; the least recently used are forgotten past
+// The mask pieces of one grammar over one trie (per slice combination); the least recently used are forgotten past
 // `max_entries` or `max_bytes` (the newest is always kept).
 class PieceCache {
 public:
@@ -72,9 +72,10 @@ public:
     NodeRef end(const NodeRef& node, int32_t tag, Meter& meter);
     // Reads `data` from (node, s) in place; false once no continuation is in the language.
     bool step(NodeRef& node, int32_t& s, const uint8_t* data, size_t n, Meter& meter);
-    // The tokens whose bytes keep (node, s) live, given to `found` a piece at a time (a token
-    // may come twice); `trie_id` names `trie` among the tries whose pieces `cache` holds.
-    void walk(const NodeRef& node, int32_t s, const Trie& trie, uint32_t trie_id,
+    // The tokens of `trie` that `filter` keeps and whose bytes keep (node, s) live, given to
+    // `found` a piece at a time (a token may come twice); `cache` holds the pieces of this
+    // trie, keyed by the filter's combination.
+    void walk(const NodeRef& node, int32_t s, const Trie& trie, const SliceFilter& filter,
               PieceCache& cache, Meter& meter,
               const std::function<void(const std::vector<int32_t>&)>& found);
 

@@ -14,7 +14,7 @@ void set_bit(uint32_t* row, int64_t token) { row[token >> 5] |= uint32_t(1) << (
 
 }  // namespace
 
-void Slices::validate() const {
+void Slices::validate_and_index() {
     auto require = [](bool ok, const char* what) {
         if (!ok) throw std::invalid_argument(what);
     };
@@ -28,6 +28,22 @@ void Slices::validate() const {
         require(bitmasks[i].size() == n_words, "a slice bitmask has the vocabulary's words");
         for (int j : within[i]) require(j >= 0 && size_t(j) < n, "a slice holder out of range");
     }
+    require(trie != nullptr, "the vocabulary's trie is required");
+    for (int64_t t : trie->tokens)
+        require(t < int64_t(n_words) * 32, "a trie token is outside the vocabulary");
+    token_bits_.assign(n_words * 32, SliceFilter::kNoSlice);
+    for (size_t i = 0; i < n; ++i)
+        for (size_t t = 0; t < token_bits_.size(); ++t)
+            if (bitmasks[i][t >> 5] >> (t & 31) & 1) token_bits_[t] = uint32_t(1) << i;
+    const size_t nodes = trie->n_nodes();
+    subtree_bits_.assign(nodes, 0);
+    for (size_t v = nodes; v-- > 0;) {  // children come after their parent (DFS order)
+        uint32_t& bits = subtree_bits_[v];
+        for (int64_t k = trie->token_start[v]; k < trie->token_start[v + 1]; ++k)
+            bits |= token_bits_[size_t(trie->tokens[size_t(k)])];
+        for (int64_t k = trie->child_start[v]; k < trie->child_start[v + 1]; ++k)
+            bits |= subtree_bits_[size_t(trie->children[size_t(k)])];
+    }
 }
 
 MaskFiller::MaskFiller(std::shared_ptr<CFGCore> core, std::shared_ptr<const Slices> slices,
@@ -40,7 +56,6 @@ MaskFiller::MaskFiller(std::shared_ptr<CFGCore> core, std::shared_ptr<const Slic
       eos_(std::move(eos)),
       max_pairs_(max_pairs),
       pieces_(max_piece_entries, max_piece_bytes) {
-    slices_->validate();
     const auto bits = int64_t(slices_->n_words) * 32;
     for (const auto& [lexeme, token] : specials_)
         if (lexeme < 0 || size_t(lexeme) >= core_->lexer().n_lexemes() || token < 0 ||
@@ -52,22 +67,6 @@ MaskFiller::MaskFiller(std::shared_ptr<CFGCore> core, std::shared_ptr<const Slic
     std::stable_sort(order_.begin(), order_.end(), [this](int a, int b) {
         return slices_->within[size_t(a)].size() < slices_->within[size_t(b)].size();
     });
-}
-
-std::shared_ptr<const Trie> Slices::trie(uint32_t combination) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto found = tries_.find(combination);
-    return found == tries_.end() ? nullptr : found->second;
-}
-
-void Slices::add_trie(uint32_t combination, std::shared_ptr<const Trie> trie) const {
-    if (combination >> languages.size())
-        throw std::invalid_argument("a slice combination out of range");
-    for (int64_t t : trie->tokens)
-        if (t >= int64_t(n_words) * 32)
-            throw std::invalid_argument("a trie token is outside the vocabulary");
-    std::lock_guard<std::mutex> lock(mutex_);
-    tries_[combination] = std::move(trie);
 }
 
 bool MaskFiller::admits(int32_t s, int slice) {
@@ -131,22 +130,19 @@ NodeRef MaskFiller::after_lexeme(const NodeRef& node, int32_t s, Meter& meter) {
     return tag ? core_->end(node, tag, meter) : nullptr;
 }
 
-int64_t MaskFiller::fill(const NodeRef& node, int32_t s, uint32_t* row, bool& any,
-                         Meter& meter) {
+bool MaskFiller::fill(const NodeRef& node, int32_t s, uint32_t* row, Meter& meter) {
     if (!node) throw std::invalid_argument("a chart node is required");
     if (s < 0 || size_t(s) >= core_->lexer().n_states())
         throw std::invalid_argument("lexer state out of range");
     const int32_t started = s ? s : core_->start_of(*node);
     const uint32_t combination = admitted(started);
-    const std::shared_ptr<const Trie> trie = slices_->trie(combination);
-    if (!trie) return int64_t(combination);
     const size_t n_words = slices_->n_words;
     for (size_t i = 0; i < slices_->bitmasks.size(); ++i) {
         if (!(combination >> i & 1)) continue;
         const uint32_t* words = slices_->bitmasks[i].data();
         for (size_t w = 0; w < n_words; ++w) row[w] |= words[w];
     }
-    core_->walk(node, started, *trie, combination, pieces_, meter,
+    core_->walk(node, started, *slices_->trie, slices_->filter(combination), pieces_, meter,
                 [row](const std::vector<int32_t>& tokens) {
                     for (int32_t t : tokens) set_bit(row, t);
                 });
@@ -158,8 +154,7 @@ int64_t MaskFiller::fill(const NodeRef& node, int32_t s, uint32_t* row, bool& an
         if (after->accepts)
             for (int64_t token : eos_) set_bit(row, token);
     }
-    any = std::any_of(row, row + n_words, [](uint32_t w) { return w != 0; });
-    return -1;
+    return std::any_of(row, row + n_words, [](uint32_t w) { return w != 0; });
 }
 
 void fill_batch(std::vector<FillJob>& jobs, int threads) {
@@ -174,8 +169,7 @@ void fill_batch(std::vector<FillJob>& jobs, int threads) {
             for (FillJob* job : groups[g].second) {
                 try {
                     Meter unmetered;
-                    job->missing = job->filler->fill(job->node, job->s, job->row, job->any,
-                                                     unmetered);
+                    job->any = job->filler->fill(job->node, job->s, job->row, unmetered);
                 } catch (...) {
                     job->error = std::current_exception();
                 }

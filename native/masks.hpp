@@ -26,16 +26,18 @@ struct Slices {
     std::vector<std::vector<uint32_t>> bitmasks;  // n_words each
     std::vector<std::vector<int>> within;         // within[i]: slices whose language holds i's
     size_t n_words = 0;
-    // Throws std::invalid_argument naming the first inconsistency.
-    void validate() const;
-    // The trie of the tokens outside the slices of `combination` (bit i: slice i), null until
-    // `add_trie` gave it (built in Python, once per vocabulary); safe from any thread.
-    std::shared_ptr<const Trie> trie(uint32_t combination) const;
-    void add_trie(uint32_t combination, std::shared_ptr<const Trie> trie) const;
+    std::shared_ptr<const Trie> trie;  // every token's
+    // Throws std::invalid_argument naming the first inconsistency; then indexes the slices'
+    // tokens in the trie (see `filter`).
+    void validate_and_index();
+    // What a walk of `trie` reads when the slices of `combination` (bit i: slice i) are
+    // admitted whole: every other token (no trie is built per combination).
+    SliceFilter filter(uint32_t combination) const {
+        return {token_bits_.data(), subtree_bits_.data(), combination};
+    }
 
 private:
-    mutable std::mutex mutex_;
-    mutable std::unordered_map<uint32_t, std::shared_ptr<const Trie>> tries_;
+    std::vector<uint32_t> token_bits_, subtree_bits_;  // see SliceFilter
 };
 
 class MaskFiller {
@@ -44,10 +46,9 @@ public:
     MaskFiller(std::shared_ptr<CFGCore> core, std::shared_ptr<const Slices> slices,
                std::vector<std::pair<int32_t, int64_t>> specials, std::vector<int64_t> eos,
                size_t max_pairs, size_t max_piece_entries, size_t max_piece_bytes);
-    // Sets the allowed tokens' bits in `row` (n_words, zeroed by the caller). Returns -1, or
-    // the combination of admitted slices (bit i: slice i) whose trie `Slices::add_trie` must
-    // give first (nothing is filled then). `any` is set when a bit is set.
-    int64_t fill(const NodeRef& node, int32_t s, uint32_t* row, bool& any, Meter& meter);
+    // Sets the allowed tokens' bits in `row` (n_words, zeroed by the caller); returns whether
+    // any bit is set.
+    bool fill(const NodeRef& node, int32_t s, uint32_t* row, Meter& meter);
     const PieceCache& pieces() const { return pieces_; }
     CFGCore& core() { return *core_; }
     size_t n_words() const { return slices_->n_words; }
@@ -74,8 +75,7 @@ struct FillJob {
     NodeRef node;
     int32_t s = 0;
     uint32_t* row = nullptr;
-    int64_t missing = -1;  // as MaskFiller::fill returns
-    bool any = false;
+    bool any = false;  // as MaskFiller::fill returns
     std::exception_ptr error;  // what a failed job threw
 };
 

@@ -315,10 +315,12 @@ void bind_cfg(py::module_& m) {
 
     py::class_<Slices, std::shared_ptr<Slices>>(m, "Slices", "A vocabulary's slices (slices.py).")
         .def(py::init([](const py::list& languages, const py::list& bitmasks,
-                         const py::list& within, size_t n_words) {
+                         const py::list& within, size_t n_words,
+                         std::shared_ptr<Trie> trie) {
                  // languages: (DFATable, start, infinite) per slice
                  auto out = std::make_shared<Slices>();
                  out->n_words = n_words;
+                 out->trie = std::move(trie);
                  for (const py::handle& spec : languages) {
                      auto t = spec.cast<py::tuple>();
                      if (t.size() != 3) throw py::value_error("a slice is (table, start, infinite)");
@@ -334,24 +336,14 @@ void bind_cfg(py::module_& m) {
                  for (const py::handle& holders : within)
                      out->within.push_back(holders.cast<std::vector<int>>());
                  try {
-                     out->validate();
+                     out->validate_and_index();
                  } catch (const std::invalid_argument& e) {
                      throw py::value_error(e.what());
                  }
                  return out;
              }),
-             py::arg("languages"), py::arg("bitmasks"), py::arg("within"), py::arg("n_words"))
-        .def(
-            "add_trie",
-            [](const Slices& slices, uint32_t combination, std::shared_ptr<Trie> trie) {
-                try {
-                    slices.add_trie(combination, std::move(trie));
-                } catch (const std::invalid_argument& e) {
-                    throw py::value_error(e.what());
-                }
-            },
-            py::arg("combination"), py::arg("trie"),
-            "Give the trie without the slices of `combination` (bit i: slice i).");
+             py::arg("languages"), py::arg("bitmasks"), py::arg("within"), py::arg("n_words"),
+             py::arg("trie"));
 
     py::class_<MaskFiller>(m, "MaskFiller", "A grammar's whole masks over one vocabulary.")
         .def(py::init([](std::shared_ptr<CFGCore> core, std::shared_ptr<Slices> slices,
@@ -377,18 +369,12 @@ void bind_cfg(py::module_& m) {
                     !(row.flags() & py::array::c_style) || !row.writeable())
                     throw py::value_error("the row must be a writable int32 array of n_words");
                 auto* words = reinterpret_cast<uint32_t*>(row.mutable_data());
-                bool any = false;
-                int64_t missing;
-                {  // without the GIL (other threads' masks run meanwhile), then the lock
-                    py::gil_scoped_release release;
-                    std::lock_guard<std::mutex> lock(f.core().lexer().mutex());
-                    missing = f.fill(node, s, words, any, meter);
-                }
-                return py::make_tuple(missing, any);
+                py::gil_scoped_release release;  // other threads' masks run meanwhile
+                std::lock_guard<std::mutex> lock(f.core().lexer().mutex());
+                return f.fill(node, s, words, meter);
             },
             py::arg("node"), py::arg("s"), py::arg("row"), py::arg("meter"),
-            "Set the allowed tokens' bits in `row` (zeroed by the caller): (-1 or the slice "
-            "combination whose trie is missing, whether a bit is set).")
+            "Set the allowed tokens' bits in `row` (zeroed by the caller); whether any is set.")
         .def_property_readonly("piece_bytes", [](MaskFiller& f) {
             Hold hold(f.core().lexer());
             return f.pieces().bytes();
@@ -425,13 +411,13 @@ void bind_cfg(py::module_& m) {
             py::list results;
             for (FillJob& job : batch) {
                 if (job.error) std::rethrow_exception(job.error);
-                results.append(py::make_tuple(job.missing, job.any));
+                results.append(job.any);
             }
             return results;
         },
         py::arg("jobs"), py::arg("out"), py::arg("threads"),
         "Fill row `row` of `out` (zeroed) for each (filler, node, s, row), on `threads` "
-        "threads without the GIL: (missing slice combination or -1, any bit set) per job.");
+        "threads without the GIL: whether any bit is set, per job.");
 
     m.def("chart_nodes_alive", [] { return ChartNode::alive.load(); },
           "Native chart nodes in existence (every parser's, for leak tests).");
@@ -549,7 +535,8 @@ void bind_cfg(py::module_& m) {
                 node_given(node);
                 lexer_state_given(c, s);
                 std::vector<int32_t> out;
-                c.walk(node, s, trie, 0, cache, meter, [&out](const std::vector<int32_t>& found) {
+                c.walk(node, s, trie, SliceFilter{}, cache, meter,
+                       [&out](const std::vector<int32_t>& found) {
                     out.insert(out.end(), found.begin(), found.end());
                 });
                 return to_array(std::move(out));

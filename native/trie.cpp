@@ -8,8 +8,12 @@ namespace constrain {
 
 namespace {
 
-void require(bool ok, const std::string& what) {
-    if (!ok) throw std::invalid_argument("trie: " + what);
+[[noreturn]] void fail(const std::string& what) {
+    throw std::invalid_argument("trie: " + what);
+}
+
+void require(bool ok, const char* what) {
+    if (!ok) fail(what);
 }
 
 }  // namespace
@@ -26,30 +30,30 @@ void Trie::validate() const {
     // first later node no deeper than it (found with a stack of the open nodes)
     std::vector<size_t> open{0};
     for (size_t i = 1; i < n; ++i) {
-        require(depth[i] >= 1 && depth[i] <= depth[i - 1] + 1,
-                "node " + std::to_string(i) + " has a depth out of DFS order");
+        if (depth[i] < 1 || depth[i] > depth[i - 1] + 1)
+            fail("node " + std::to_string(i) + " has a depth out of DFS order");
         while (depth[open.back()] >= depth[i]) {
-            require(subtree_end[open.back()] == int64_t(i),
-                    "node " + std::to_string(open.back()) + " has a wrong subtree_end");
+            if (subtree_end[open.back()] != int64_t(i))
+                fail("node " + std::to_string(open.back()) + " has a wrong subtree_end");
             open.pop_back();
         }
         open.push_back(i);
     }
     for (size_t k = 1; k < open.size(); ++k)
-        require(subtree_end[open[k]] == int64_t(n),
-                "node " + std::to_string(open[k]) + " has a wrong subtree_end");
+        if (subtree_end[open[k]] != int64_t(n))
+            fail("node " + std::to_string(open[k]) + " has a wrong subtree_end");
     const auto max_id = int64_t(std::numeric_limits<int32_t>::max());
     require(token_start[0] == 0 && token_start[n] == int64_t(tokens.size()),
             "token_start does not span tokens");
     require(child_start[0] == 0 && child_start[n] == int64_t(children.size()),
             "child_start does not span children");
     for (size_t i = 0; i < n; ++i) {
-        require(token_start[i] <= token_start[i + 1] && child_start[i] <= child_start[i + 1],
-                "node " + std::to_string(i) + " has a decreasing token or child range");
+        if (token_start[i] > token_start[i + 1] || child_start[i] > child_start[i + 1])
+            fail("node " + std::to_string(i) + " has a decreasing token or child range");
         for (int64_t k = child_start[i]; k < child_start[i + 1]; ++k) {
             const int64_t c = children[size_t(k)];
-            require(c > int64_t(i) && c < subtree_end[i] && depth[size_t(c)] == depth[i] + 1,
-                    "node " + std::to_string(i) + " lists a child outside its subtree");
+            if (c <= int64_t(i) || c >= subtree_end[i] || depth[size_t(c)] != depth[i] + 1)
+                fail("node " + std::to_string(i) + " lists a child outside its subtree");
         }
     }
     for (int64_t t : tokens) require(t >= 0 && t <= max_id, "a token id is out of range");
@@ -57,15 +61,17 @@ void Trie::validate() const {
 
 namespace {
 
-void add_tokens(const Trie& trie, int64_t node, std::vector<int32_t>& out) {
+void add_tokens(const Trie& trie, int64_t node, std::vector<int32_t>& out,
+                const SliceFilter& filter = {}) {
     for (int64_t k = trie.token_start[size_t(node)]; k < trie.token_start[size_t(node) + 1]; ++k)
-        out.push_back(int32_t(trie.tokens[size_t(k)]));
+        if (filter.keeps_token(trie.tokens[size_t(k)]))
+            out.push_back(int32_t(trie.tokens[size_t(k)]));
 }
 
 }  // namespace
 
 Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vector<int64_t>& starts,
-                 bool end_at_start) {
+                 bool end_at_start, const SliceFilter& filter) {
     Piece piece;
     std::vector<int32_t> below;  // below[d]: the lexer state before reading depth d of a subtree
     for (int64_t root : starts) {
@@ -74,6 +80,10 @@ Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vecto
         below.assign(1, state);
         int64_t node = root;
         while (node < end) {
+            if (!filter.keeps_node(node)) {  // only tokens of admitted slices below
+                node = trie.subtree_end[size_t(node)];
+                continue;
+            }
             const size_t d = size_t(trie.depth[size_t(node)] - base);
             const int32_t before = below[d];
             const uint8_t b = trie.byte[size_t(node)];
@@ -86,7 +96,7 @@ Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vecto
                 node = trie.subtree_end[size_t(node)];
                 continue;
             }
-            add_tokens(trie, node, piece.tokens);
+            add_tokens(trie, node, piece.tokens, filter);
             if (below.size() <= d + 1) below.resize(d + 2);
             below[d + 1] = after;
             ++node;

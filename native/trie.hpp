@@ -23,6 +23,22 @@ struct Trie {
     void validate() const;
 };
 
+// The tokens a walk reads: those outside the slices of `combination` (bit i: slice i), told
+// by each token's slice bit and, per node, the bits of its subtree's tokens; a walk skips a
+// subtree with none left. Null tables keep every token.
+struct SliceFilter {
+    const uint32_t* token_bits = nullptr;    // per token id: 1 << its slice, or kNoSlice
+    const uint32_t* subtree_bits = nullptr;  // per node: the OR of its subtree's token bits
+    uint32_t combination = 0;
+    static constexpr uint32_t kNoSlice = uint32_t(1) << 31;
+    bool keeps_node(int64_t node) const {
+        return !subtree_bits || (subtree_bits[node] & ~combination);
+    }
+    bool keeps_token(int64_t token) const {
+        return !token_bits || (token_bits[token] & ~combination);
+    }
+};
+
 // What a walk inside the lexemes in progress found: the tokens read wholly inside them, and
 // per tag the trie nodes whose byte ended a lexeme of that tag (a new lexeme starts there).
 struct Piece {
@@ -32,9 +48,10 @@ struct Piece {
 
 // From lexer `state`, read the subtrees of `starts` (each start node's own byte first). A dead
 // byte ends the lexeme when the state's tag may end before it; at a start node only when
-// `end_at_start` (false when the state has just started a lexeme: nothing can end yet).
+// `end_at_start` (false when the state has just started a lexeme: nothing can end yet). Only
+// the tokens and nodes `filter` keeps are read.
 Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vector<int64_t>& starts,
-                 bool end_at_start);
+                 bool end_at_start, const SliceFilter& filter = {});
 
 // A byte DFA's transitions (n x 256, state 0 dead), checked once when copied in.
 struct DFATable {

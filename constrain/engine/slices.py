@@ -87,7 +87,8 @@ class VocabularySlices:
 
     @property
     def native(self):
-        """The slices copied into the native core (`native.Slices`, once per vocabulary)."""
+        """The slices copied into the native core (`native.Slices`, once per vocabulary), which
+        restricts the full trie to each combination of slices itself."""
         if self._native is None:
             from constrain.engine.native import Slices
 
@@ -96,7 +97,8 @@ class VocabularySlices:
                 for s in self.slices
             ]
             bitmasks = [s.bitmask for s in self.slices]
-            self._native = Slices(languages, bitmasks, self._within, self.n_words)
+            full = self._tries[(False,) * len(self.slices)].native
+            self._native = Slices(languages, bitmasks, self._within, self.n_words, full)
         return self._native
 
     def admitted(self, admits) -> tuple[bool, ...]:

@@ -135,6 +135,9 @@ class VLLMServer(ChildServer):
         port = free_port()
         env = dict(os.environ, HF_HUB_OFFLINE="1")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on the CPU
+        # idle connections kept 10 minutes, not 5 s: a client reusing one just as the server
+        # closes it reads "Server disconnected" (the openai client's pool keeps them 5 s too)
+        env.setdefault("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "600")
         argv = command(model or bundled_model_dir(), backend=backend, port=port, extra=extra,
                        python=python)  # fmt: skip
         super().__init__(argv, port, env=env, log=log, timeout=timeout)

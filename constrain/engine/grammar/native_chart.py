@@ -151,7 +151,6 @@ class NativeMasks:
         max_pieces: tuple[int, int],
     ):
         self._chart = chart
-        self._slices = slices
         self._filler = chart.native.MaskFiller(
             chart.core, slices.native, specials, eos, chart.lexer.admits_cap, *max_pieces
         )
@@ -161,17 +160,7 @@ class NativeMasks:
         """The packed mask of `state` and whether it allows any token."""
         node, s = state
         row = np.zeros(self.n_words, dtype=np.int32)
-        while True:
-            missing, nonempty = self._chart.metered(self._filler.fill, node, s, row)
-            if missing < 0:
-                return row, nonempty
-            self.add_trie(missing)
-
-    def add_trie(self, combination: int) -> None:
-        """Give the native slices the trie without the slices of `combination` (bit i: slice
-        i), which the first state of any grammar admitting them asks for."""
-        admitted = tuple(bool(combination >> i & 1) for i in range(len(self._slices.slices)))
-        self._slices.native.add_trie(combination, self._slices.trie_without(admitted).native)
+        return row, self._chart.metered(self._filler.fill, node, s, row)
 
     @property
     def piece_bytes(self) -> int:
@@ -186,15 +175,8 @@ def fill_batch(jobs: list[tuple[NativeMasks, tuple]], out: np.ndarray, threads: 
     if not jobs:
         return []
     native = jobs[0][0]._chart.native
-    found = native.fill_batch(
+    return native.fill_batch(
         [(masks._filler, state[0], state[1], i) for i, (masks, state) in enumerate(jobs)],
         out,
         threads,
     )
-    nonempty = []
-    for i, ((masks, state), (missing, any_bit)) in enumerate(zip(jobs, found)):
-        if missing >= 0:  # a combination of slices no state had admitted: its trie first
-            masks.add_trie(missing)
-            out[i], any_bit = masks.bitmask(state)
-        nonempty.append(any_bit)
-    return nonempty
