@@ -41,6 +41,7 @@ from constrain.jsonschema.normalize import Contents, InexactSchema, Normalizer
 from constrain.jsonschema.shapes import (
     ANY_CHAR,
     NOTHING,
+    STRINGS,
     ArrayShape,
     Lengths,
     ObjectShape,
@@ -212,17 +213,16 @@ class _Emitter:
             self.add(name, (self.nothing(),))
             return name
         alternatives = 0
-        if not shape.scalars.is_empty():
-            self.add(name, (self.dfa_lexeme("scalar", shape.scalars),))
+        scalars, text = self.beside_strings(shape)
+        if not scalars.is_empty():
+            self.add(name, (self.dfa_lexeme("scalar", scalars),))
             alternatives += 1
         try:
-            if shape.text is not None:
+            if text is not None:
                 try:
-                    self.add(name, (self.counted_string(shape.text),))
+                    self.add(name, (self.counted_string(text),))
                 except RegexError as exc:  # counting characters beside a pattern
-                    keyword = "maxLength" if shape.text.high is not None else "minLength"
-                    where = shape.name if shape.name.startswith("/") else ""
-                    raise UnsupportedSchemaError(exc.reason, keyword, where) from None
+                    raise UnsupportedSchemaError(exc.reason, *_length_keyword(shape)) from None
                 alternatives += 1
             for alt in shape.arrays:
                 self.add(name, (self.array(alt, depth),))
@@ -245,6 +245,22 @@ class _Emitter:
         if not alternatives:
             self.add(name, (self.nothing(),))
         return name
+
+    def beside_strings(self, shape: Shape) -> tuple[ByteDFA, Lengths | None]:
+        """The shape's scalars and length-bounded strings as the grammar emits them. A string
+        counted in chunks opens with a `"` lexeme, which a scalar lexeme of strings would
+        outgrow (the lexer takes the longest match, and the chunked string would be lost):
+        beside such strings the bounded ones join the scalars as one DFA, or the schema is
+        refused where that DFA is too large."""
+        text = shape.text
+        if text is None or text.within is not None:
+            return shape.scalars, text
+        if self.algebra.dfa_and(shape.scalars, STRINGS).is_empty():
+            return shape.scalars, text
+        try:
+            return self.algebra.dfa_or(shape.scalars, self.algebra.text_dfa(text)), None
+        except ShapeUnsupported as exc:
+            raise UnsupportedSchemaError(str(exc), *_length_keyword(shape)) from None
 
     def counted_string(self, lengths: Lengths) -> str:
         """Strings of low..high characters, counted in chunks of `_CHUNK` characters: a chunk
@@ -461,6 +477,12 @@ class _Emitter:
         if key not in self.keys:
             self.keys[key] = self.dfa_lexeme("key", _key_dfa(key))
         return self.keys[key]
+
+
+def _length_keyword(shape: Shape) -> tuple[str, str]:
+    """The keyword and pointer an error about `shape`'s length bound names."""
+    keyword = "maxLength" if shape.text is not None and shape.text.high is not None else "minLength"
+    return keyword, shape.name if shape.name.startswith("/") else ""
 
 
 @lru_cache(maxsize=4096)
