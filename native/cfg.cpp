@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <iterator>
+#include <set>
+#include <tuple>
 
 namespace constrain {
 
@@ -108,6 +110,42 @@ bool CFGCore::step(NodeRef& node, int32_t& s, const uint8_t* data, size_t n, Met
             if (!t) return false;
         }
         s = t;
+    }
+    return true;
+}
+
+bool CFGCore::admits(const NodeRef& node, int32_t s, const DFATable& language, int32_t start,
+                     size_t max_pairs, Meter& meter) {
+    struct Pair {
+        int32_t r;
+        NodeRef node;
+        int32_t s;
+    };
+    if (s == kFresh) s = start_of(*node);
+    // keyed by the node's serial: a node freed during the search cannot alias a later one
+    std::set<std::tuple<int32_t, uint64_t, int32_t>> seen{{start, node->serial, s}};
+    std::vector<Pair> stack{{start, node, s}};
+    const auto& classes = lexer_->classes();
+    while (!stack.empty()) {
+        Pair here = std::move(stack.back());
+        stack.pop_back();
+        meter.burn(1);
+        const int32_t* row = language.next.data() + size_t(here.r) * 256;
+        // bytes of one lexer class, language state and lexeme ending step alike
+        std::set<std::tuple<int32_t, int32_t, bool>> stepped;
+        const int32_t tag = lexer_->tag(here.s);
+        for (int b = 0; b < 256; ++b) {
+            const int32_t r = row[b];
+            if (!r) continue;
+            const bool ends = tag && lexer_->can_end(tag, uint8_t(b));
+            if (!stepped.emplace(classes[size_t(b)], r, ends).second) continue;
+            NodeRef after = here.node;
+            int32_t t = here.s;
+            const auto byte = uint8_t(b);
+            if (!step(after, t, &byte, 1, meter)) return false;
+            if (seen.emplace(r, after->serial, t).second) stack.push_back({r, std::move(after), t});
+            if (max_pairs && seen.size() > max_pairs) return false;
+        }
     }
     return true;
 }

@@ -72,6 +72,12 @@ public:
     NodeRef end(const NodeRef& node, int32_t tag, Meter& meter);
     // Reads `data` from (node, s) in place; false once no continuation is in the language.
     bool step(NodeRef& node, int32_t& s, const uint8_t* data, size_t n, Meter& meter);
+    // Whether every string of `language` (and each prefix) read from (node, s) keeps it live
+    // as `step` reads it, lexemes ending and the parser moving on inside the strings: a slice
+    // the lexer state alone cannot admit because its strings run past a lexeme's end (inside
+    // a long string counted in chunks). Past `max_pairs` pairs: false, "not shown".
+    bool admits(const NodeRef& node, int32_t s, const DFATable& language, int32_t start,
+                size_t max_pairs, Meter& meter);
     // The tokens of `trie` that `filter` keeps and whose bytes keep (node, s) live, given to
     // `found` a piece at a time (a token may come twice); `cache` holds the pieces of this
     // trie, keyed by the filter's combination.

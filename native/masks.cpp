@@ -12,6 +12,9 @@ namespace {
 
 void set_bit(uint32_t* row, int64_t token) { row[token >> 5] |= uint32_t(1) << (token & 31); }
 
+constexpr size_t kAcrossPairs = 1024;  // pairs a slice check across lexemes may visit
+constexpr size_t kAcrossKept = 4096;   // (node, state) answers kept
+
 }  // namespace
 
 void Slices::validate_and_index() {
@@ -124,6 +127,38 @@ uint32_t MaskFiller::admitted(int32_t s) {
     return combination;
 }
 
+uint32_t MaskFiller::admitted(const NodeRef& node, int32_t s, Meter& meter) {
+    uint32_t combination = admitted(s);
+    const auto& within = slices_->within;
+    const size_t n = within.size();
+    if (combination == (uint32_t(1) << n) - 1) return combination;
+    const auto key = std::make_pair(node->serial, s);
+    auto found = across_.find(key);
+    if (found != across_.end()) return found->second;
+    // the slices the lexer state refused, asked again with lexemes ending inside their strings
+    std::vector<int8_t> known(n, -1);
+    for (size_t i = 0; i < n; ++i)
+        if (combination >> i & 1) known[i] = 1;
+    for (int i : order_) {
+        if (known[size_t(i)] >= 0 || slices_->empty(i)) continue;  // no tokens: nothing to admit
+        const bool ok = core_->admits(node, s, slices_->languages[size_t(i)],
+                                      slices_->starts[size_t(i)], kAcrossPairs, meter);
+        known[size_t(i)] = ok;
+        for (size_t j = 0; j < n; ++j) {
+            if (known[j] >= 0) continue;
+            const auto& holders = ok ? within[j] : within[size_t(i)];
+            const int other = ok ? i : int(j);
+            if (std::find(holders.begin(), holders.end(), other) != holders.end())
+                known[j] = ok;
+        }
+    }
+    for (size_t i = 0; i < n; ++i)
+        if (known[i] == 1) combination |= uint32_t(1) << i;
+    if (across_.size() >= kAcrossKept) across_.clear();
+    across_.emplace(key, combination);
+    return combination;
+}
+
 NodeRef MaskFiller::after_lexeme(const NodeRef& node, int32_t s, Meter& meter) {
     if (s == 0) return node;
     const int32_t tag = core_->lexer().tag(s);
@@ -135,7 +170,7 @@ bool MaskFiller::fill(const NodeRef& node, int32_t s, uint32_t* row, Meter& mete
     if (s < 0 || size_t(s) >= core_->lexer().n_states())
         throw std::invalid_argument("lexer state out of range");
     const int32_t started = s ? s : core_->start_of(*node);
-    const uint32_t combination = admitted(started);
+    const uint32_t combination = admitted(node, started, meter);
     const size_t n_words = slices_->n_words;
     for (size_t i = 0; i < slices_->bitmasks.size(); ++i) {
         if (!(combination >> i & 1)) continue;

@@ -35,6 +35,7 @@ struct Slices {
     SliceFilter filter(uint32_t combination) const {
         return {token_bits_.data(), subtree_bits_.data(), combination};
     }
+    bool empty(int slice) const { return !(subtree_bits_[0] >> slice & 1); }  // no tokens
 
 private:
     std::vector<uint32_t> token_bits_, subtree_bits_;  // see SliceFilter
@@ -54,6 +55,7 @@ public:
     size_t n_words() const { return slices_->n_words; }
 
 private:
+    uint32_t admitted(const NodeRef& node, int32_t s, Meter& meter);
     uint32_t admitted(int32_t s);
     bool admits(int32_t s, int slice);
     NodeRef after_lexeme(const NodeRef& node, int32_t s, Meter& meter);
@@ -66,6 +68,7 @@ private:
     std::vector<int> order_;  // slices asked in this order (larger languages first)
     std::unordered_map<int32_t, uint32_t> admitted_;  // per lexer state
     std::map<std::tuple<int32_t, int32_t, int>, bool> lexeme_admits_;  // (lexeme, at, slice)
+    std::map<std::pair<uint64_t, int32_t>, uint32_t> across_;  // per (node serial, state)
     PieceCache pieces_;
 };
 

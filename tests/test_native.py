@@ -317,6 +317,34 @@ def test_counted_strings_same_masks(data, smollm_vocab):
     assert accepted == jsonschema.Draft202012Validator(_COUNTED_SCHEMA).is_valid(value), text
 
 
+_CHUNKED_SCHEMAS = [
+    {"type": "string", "maxLength": 300},
+    {"type": "string", "minLength": 290},
+    {"type": "array", "items": {"type": "string", "minLength": 260, "maxLength": 330}},
+]
+
+
+@pytest.mark.parametrize("schema", _CHUNKED_SCHEMAS, ids=["max", "min", "min-max"])
+def test_long_strings_same_masks(schema, any_vocab):
+    """A long length bound is counted in chunk lexemes; the native masks admit text slices
+    whose tokens run on into the next chunk (the parser moving on inside a slice check), the
+    Python engine walks them: the same masks at every position, strings of long and short
+    tokens (escapes and multi-byte characters among them) ending under, at and past the
+    bounds; acceptance as `jsonschema` says."""
+    import jsonschema
+
+    grammar = cn.Grammar.from_json_schema(schema, spellings="all")
+    words = ["lorem ipsum ", "dolor\u00e9 ", "sit🎉amet, ", "consectetur adipiscing "]
+    rng = random.Random(3)
+    for n in (255, 300, 301, 331):
+        body = "".join(rng.choice(words) for _ in range(n // 8 + 1))
+        value = json.loads(f'"{body}"')[:n]
+        document = value if schema["type"] == "string" else [value, value[: n // 2]]
+        text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+        accepted = assert_same_masks(grammar, any_vocab, any_vocab.encode(text))
+        assert accepted == jsonschema.Draft202012Validator(schema).is_valid(document), n
+
+
 def _broken(arrays: dict, name: str, index, value):
     out = {k: v.copy() for k, v in arrays.items()}
     if value is None:
