@@ -4,6 +4,7 @@
 #include <atomic>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 #include <stdexcept>
 
 namespace constrain {
@@ -127,6 +128,36 @@ uint32_t MaskFiller::admitted(int32_t s) {
     return combination;
 }
 
+bool MaskFiller::ends_inside(int32_t s, int slice) {
+    const auto key = std::make_pair(s, slice);
+    auto found = ends_inside_.find(key);
+    if (found != ends_inside_.end()) return found->second;
+    Lexer& lexer = core_->lexer();
+    const DFATable& language = slices_->languages[size_t(slice)];
+    const int32_t start = slices_->starts[size_t(slice)];
+    std::unordered_set<uint64_t> seen{(uint64_t(uint32_t(start)) << 32) | uint32_t(s)};
+    std::vector<std::pair<int32_t, int32_t>> stack{{start, s}};
+    bool ends = false;
+    while (!stack.empty() && !ends && seen.size() <= kAcrossPairs) {
+        auto [r, q] = stack.back();
+        stack.pop_back();
+        const int32_t tag = lexer.tag(q);
+        const int32_t* row = language.next.data() + size_t(r) * 256;
+        for (int b = 0; b < 256 && !ends; ++b) {
+            if (!row[b]) continue;
+            const int32_t q2 = lexer.next(q, uint8_t(b));
+            if (!q2) {
+                ends = tag && lexer.can_end(tag, uint8_t(b));
+                continue;
+            }
+            const uint64_t pair = (uint64_t(uint32_t(row[b])) << 32) | uint32_t(q2);
+            if (seen.insert(pair).second) stack.emplace_back(row[b], q2);
+        }
+    }
+    ends_inside_.emplace(key, ends);
+    return ends;
+}
+
 uint32_t MaskFiller::admitted(const NodeRef& node, int32_t s, Meter& meter) {
     uint32_t combination = admitted(s);
     const auto& within = slices_->within;
@@ -140,7 +171,10 @@ uint32_t MaskFiller::admitted(const NodeRef& node, int32_t s, Meter& meter) {
     for (size_t i = 0; i < n; ++i)
         if (combination >> i & 1) known[i] = 1;
     for (int i : order_) {
-        if (known[size_t(i)] >= 0 || slices_->empty(i)) continue;  // no tokens: nothing to admit
+        // asked only of finite slices with tokens whose strings may end a lexeme in progress
+        if (known[size_t(i)] >= 0 || slices_->empty(i) || slices_->infinite[size_t(i)] ||
+            !ends_inside(s, i))
+            continue;
         const bool ok = core_->admits(node, s, slices_->languages[size_t(i)],
                                       slices_->starts[size_t(i)], kAcrossPairs, meter);
         known[size_t(i)] = ok;

@@ -58,6 +58,9 @@ private:
     uint32_t admitted(const NodeRef& node, int32_t s, Meter& meter);
     uint32_t admitted(int32_t s);
     bool admits(int32_t s, int slice);
+    // Whether a string of the slice read from lexer state `s` may end the lexeme in progress
+    // (where the lexer alone refuses it, the automaton may admit it across the end).
+    bool ends_inside(int32_t s, int slice);
     NodeRef after_lexeme(const NodeRef& node, int32_t s, Meter& meter);
 
     std::shared_ptr<CFGCore> core_;
@@ -69,6 +72,7 @@ private:
     std::unordered_map<int32_t, uint32_t> admitted_;  // per lexer state
     std::map<std::tuple<int32_t, int32_t, int>, bool> lexeme_admits_;  // (lexeme, at, slice)
     std::map<std::pair<uint64_t, int32_t>, uint32_t> across_;  // per (node serial, state)
+    std::map<std::pair<int32_t, int>, bool> ends_inside_;        // per (state, slice)
     PieceCache pieces_;
 };
 
