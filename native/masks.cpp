@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
@@ -103,17 +104,16 @@ bool MaskFiller::admits(int32_t s, int slice) {
                              start, max_pairs_);
 }
 
-uint32_t MaskFiller::admitted(int32_t s) {
-    auto found = admitted_.find(s);
-    if (found != admitted_.end()) return found->second;
+uint32_t MaskFiller::decide(std::vector<int8_t> known,
+                            const std::function<int8_t(int)>& ask) const {
     const auto& within = slices_->within;
     const size_t n = within.size();
-    std::vector<int8_t> known(n, -1);  // -1 unknown, 0 refused, 1 admitted
     for (int i : order_) {
         if (known[size_t(i)] >= 0) continue;
-        const bool ok = admits(s, i);
+        const int8_t ok = ask(i);
+        if (ok < 0) continue;
         known[size_t(i)] = ok;
-        for (size_t j = 0; j < n; ++j) {
+        for (size_t j = 0; j < n; ++j) {  // what a language inside or around i's must answer
             if (known[j] >= 0) continue;
             const auto& holders = ok ? within[j] : within[size_t(i)];
             const int other = ok ? i : int(j);
@@ -124,6 +124,14 @@ uint32_t MaskFiller::admitted(int32_t s) {
     uint32_t combination = 0;
     for (size_t i = 0; i < n; ++i)
         if (known[i] == 1) combination |= uint32_t(1) << i;
+    return combination;
+}
+
+uint32_t MaskFiller::admitted(int32_t s) {
+    auto found = admitted_.find(s);
+    if (found != admitted_.end()) return found->second;
+    const uint32_t combination = decide(std::vector<int8_t>(slices_->within.size(), -1),
+                                        [this, s](int i) { return int8_t(admits(s, i)); });
     admitted_.emplace(s, combination);
     return combination;
 }
@@ -160,34 +168,21 @@ bool MaskFiller::ends_inside(int32_t s, int slice) {
 
 uint32_t MaskFiller::admitted(const NodeRef& node, int32_t s, Meter& meter) {
     uint32_t combination = admitted(s);
-    const auto& within = slices_->within;
-    const size_t n = within.size();
+    const size_t n = slices_->within.size();
     if (combination == (uint32_t(1) << n) - 1) return combination;
     const auto key = std::make_pair(node->serial, s);
     auto found = across_.find(key);
     if (found != across_.end()) return found->second;
     // the slices the lexer state refused, asked again with lexemes ending inside their strings
+    // (only finite slices with tokens whose strings may end the lexeme in progress)
     std::vector<int8_t> known(n, -1);
     for (size_t i = 0; i < n; ++i)
         if (combination >> i & 1) known[i] = 1;
-    for (int i : order_) {
-        // asked only of finite slices with tokens whose strings may end a lexeme in progress
-        if (known[size_t(i)] >= 0 || slices_->empty(i) || slices_->infinite[size_t(i)] ||
-            !ends_inside(s, i))
-            continue;
-        const bool ok = core_->admits(node, s, slices_->languages[size_t(i)],
-                                      slices_->starts[size_t(i)], kAcrossPairs, meter);
-        known[size_t(i)] = ok;
-        for (size_t j = 0; j < n; ++j) {
-            if (known[j] >= 0) continue;
-            const auto& holders = ok ? within[j] : within[size_t(i)];
-            const int other = ok ? i : int(j);
-            if (std::find(holders.begin(), holders.end(), other) != holders.end())
-                known[j] = ok;
-        }
-    }
-    for (size_t i = 0; i < n; ++i)
-        if (known[i] == 1) combination |= uint32_t(1) << i;
+    combination = decide(std::move(known), [&](int i) -> int8_t {
+        if (slices_->empty(i) || slices_->infinite[size_t(i)] || !ends_inside(s, i)) return -1;
+        return core_->admits(node, s, slices_->languages[size_t(i)], slices_->starts[size_t(i)],
+                             kAcrossPairs, meter);
+    });
     if (across_.size() >= kAcrossKept) across_.clear();
     across_.emplace(key, combination);
     return combination;

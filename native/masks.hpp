@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <memory>
@@ -55,6 +56,10 @@ public:
     size_t n_words() const { return slices_->n_words; }
 
 private:
+    // The combination of slices admitted, given `known` (-1 unknown, 0 refused, 1 admitted)
+    // and `ask(i)` for the others (-1: not asked), asked larger languages first so that an
+    // answer settles the languages inside or around it.
+    uint32_t decide(std::vector<int8_t> known, const std::function<int8_t(int)>& ask) const;
     uint32_t admitted(const NodeRef& node, int32_t s, Meter& meter);
     uint32_t admitted(int32_t s);
     bool admits(int32_t s, int slice);
