@@ -226,6 +226,15 @@ def test_hostile_values_compile_or_raise_a_constrain_error(keyword, schema):
             assert validator.is_valid(json.loads(text, parse_float=Decimal)), text
 
 
+def test_a_long_bound_beside_other_strings_too_large_for_one_automaton_is_refused_by_name():
+    """Beside other strings a length bound must be one automaton with them; one of 100,000
+    characters would need 1.6M states: refused naming `maxLength`, never a weaker grammar."""
+    schema = {"anyOf": [{"type": "string", "maxLength": 100_000}, {"pattern": "^a"}]}
+    with pytest.raises(cn.UnsupportedSchemaError, match="maxLength 100000") as caught:
+        cn.Grammar.from_json_schema(schema)
+    assert caught.value.keyword == "maxLength"
+
+
 @pytest.mark.parametrize("bound", [300, 5000, 100_000])
 def test_if_over_a_long_length_bound_keeps_valid_strings(bound):
     """Found by the property test: a `maxLength` above 256 (kept symbolic as `Lengths`, then
