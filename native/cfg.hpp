@@ -24,7 +24,8 @@ struct PieceKey {
     bool at_root = false;
     std::vector<int64_t> starts;  // empty at the root
     bool operator==(const PieceKey& o) const {
-        return combination == o.combination && state == o.state && at_root == o.at_root && starts == o.starts;
+        return combination == o.combination && state == o.state && at_root == o.at_root &&
+               starts == o.starts;
     }
 };
 
@@ -37,8 +38,8 @@ struct PieceKeyHash {
     }
 };
 
-// The mask pieces of one grammar over one trie (per slice combination); the least recently used are forgotten past
-// `max_entries` or `max_bytes` (the newest is always kept).
+// The mask pieces of one grammar over one trie (per slice combination); the least recently
+// used are forgotten past `max_entries` or `max_bytes` (the newest is always kept).
 class PieceCache {
 public:
     PieceCache(size_t max_entries, size_t max_bytes)

@@ -87,8 +87,8 @@ class VocabularySlices:
 
     @property
     def native(self):
-        """The slices copied into the native core (`native.Slices`, once per vocabulary), which
-        restricts the full trie to each combination of slices itself."""
+        """The slices copied into the native core (`native.Slices`, once per vocabulary) with the
+        full trie, which its walks read through a per-node filter of the admitted slices."""
         if self._native is None:
             from constrain.engine.native import Slices
 
