@@ -48,10 +48,29 @@ _QUOTES_TO_KEY = {_KEYSTR: 1, _STRING: 3}
 
 
 class _Object:
-    __slots__ = ("shapes", "seen", "key")
+    __slots__ = ("shapes", "seen", "key", "_seen_key", "_seen_texts")
 
     def __init__(self, shapes: tuple[ObjectShape, ...] | None, seen: frozenset, key: str | None):
         self.shapes, self.seen, self.key = shapes, seen, key
+        self._seen_key: bytes | None = None
+        self._seen_texts: list[bytes] | None = None
+
+    def seen_texts(self) -> list[bytes]:
+        """The JSON texts of the keys in `seen` (asked at every byte of a key in progress)."""
+        found = self._seen_texts
+        if found is None:
+            found = self._seen_texts = [key_text(k) for k in self.seen]
+        return found
+
+    def seen_key(self) -> bytes:
+        """`seen` as bytes, equal exactly when the sets are: the keys sorted, each prefixed
+        with its length (bytes, not a tuple, so that mask caches hold no objects the
+        collector walks)."""
+        found = self._seen_key
+        if found is None:
+            texts = sorted(k.encode("utf-8", "surrogatepass") for k in self.seen)
+            found = self._seen_key = b"".join(len(t).to_bytes(4, "little") + t for t in texts)
+        return found
 
 
 class _Array:
@@ -155,13 +174,20 @@ class JsonChecks:
                 out.append(token)
         return out
 
-    def state_key(self, state: _State):
+    def state_key(self, state: _State) -> bytes | None:
         """What `refused` depends on at `state`, when only repeated keys are checked (the mode,
-        the key in progress and the keys of each open object); None otherwise."""
+        the key in progress and the keys of each open object), as bytes; None otherwise."""
         if self.root is not None or self.validates:
             return None
-        frames = tuple(f.seen if isinstance(f, _Object) else None for f in state.frames)
-        return (state.mode, state.escaped, state.text, frames)
+        parts = [bytes((state.mode, state.escaped)), len(state.text).to_bytes(4, "little")]
+        parts.append(state.text)
+        for f in state.frames:  # an object: its keys' length in bytes, then its keys
+            if isinstance(f, _Object):
+                seen = f.seen_key()
+                parts += (b"o", len(seen).to_bytes(4, "little"), seen)
+            else:
+                parts.append(b"a")
+        return b"".join(parts)
 
     def with_engine(self, engine: str) -> JsonChecks:
         """This check with its token scans in `engine` (see `constrain.engine.engines`)."""
@@ -202,7 +228,7 @@ class JsonChecks:
         if state.mode == _STRING and here is not None and here[2]:
             return ("quotes", 1)  # this string is validated once it closes
         if state.mode == _KEYSTR and isinstance(top, _Object):
-            earlier = [key_text(k) for k in top.seen]
+            earlier = top.seen_texts()
             written = b'"' + state.text
         elif state.mode == _STRING and isinstance(top, _Array) and top.unique and here:
             earlier = [key_text(item[1]) for item in top.seen if item[0] == "s"]

@@ -15,6 +15,8 @@ the pure constructions they need.
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -257,18 +259,9 @@ class ObjectShape:
 
 
 def key_text(key: str) -> bytes:
-    """The one admitted JSON text of a key (or string value)."""
-    out = ['"']
-    for c in key:
-        if c == '"' or c == "\\":
-            out.append("\\" + c)
-        elif ord(c) < 0x20:
-            short = {"\b": "b", "\t": "t", "\n": "n", "\f": "f", "\r": "r"}.get(c)
-            out.append("\\" + short if short else f"\\u{ord(c):04x}")
-        else:
-            out.append(c)
-    out.append('"')
-    return "".join(out).encode()
+    """The one admitted JSON text of a key (or string value): `"` and `\\` escaped, control
+    characters as their short escape or ``\\u00xx``, everything else as itself."""
+    return json.dumps(key, ensure_ascii=False).encode()
 
 
 def keys_dfa(keys) -> ByteDFA:
