@@ -16,7 +16,6 @@ the pure constructions they need.
 from __future__ import annotations
 
 import json
-
 from dataclasses import dataclass, field
 from functools import lru_cache
 
