@@ -16,6 +16,7 @@ void set_bit(uint32_t* row, int64_t token) { row[token >> 5] |= uint32_t(1) << (
 
 constexpr size_t kAcrossPairs = 1024;  // pairs a slice check across lexemes may visit
 constexpr size_t kAcrossKept = 4096;   // (node, state) answers kept
+constexpr size_t kTextLevelStates = 64;  // lexer states per level a text length search holds
 
 }  // namespace
 
@@ -40,6 +41,41 @@ void Slices::validate_and_index() {
     for (size_t i = 0; i < n; ++i)
         for (size_t t = 0; t < token_bits_.size(); ++t)
             if (bitmasks[i][t >> 5] >> (t & 31) & 1) token_bits_[t] = uint32_t(1) << i;
+    require((text_slices >> n) == 0, "a text slice out of range");
+    for (size_t i = 0; i < n; ++i)
+        if (text_slices >> i & 1 && infinite[i]) {
+            require(text_language_ < 0, "one infinite text slice");
+            text_language_ = int(i);
+        }
+    require(!text_slices || text_language_ >= 0, "the text slices need an infinite one");
+    text_up_to_.assign(size_t(kMaxTextLength) * n_words, 0);
+    if (text_language_ >= 0) {
+        const DFATable& text = languages[size_t(text_language_)];
+        inside_character_.assign(size_t(text.n_states), 0);
+        for (int64_t r = 0; r < text.n_states; ++r)
+            for (int b = 0x80; b < 0xC0; ++b)
+                if (text.next[size_t(r) * 256 + size_t(b)]) inside_character_[size_t(r)] = 1;
+        // per depth on the path to a node: the text language's state and characters read
+        std::vector<int32_t> state{starts[size_t(text_language_)]};
+        std::vector<int> characters{0};
+        for (size_t v = 1; v < trie->n_nodes(); ++v) {
+            const auto d = size_t(trie->depth[v]);
+            const uint8_t b = trie->byte[v];
+            state.resize(d + 1);
+            characters.resize(d + 1);
+            const int32_t before = state[d - 1];
+            state[d] = before ? text.next[size_t(before) * 256 + b] : 0;
+            characters[d] = characters[d - 1] + ((b & 0xC0) != 0x80);
+            for (int64_t k = trie->token_start[v]; k < trie->token_start[v + 1]; ++k) {
+                const auto t = size_t(trie->tokens[size_t(k)]);
+                if (!(token_bits_[t] & text_slices)) continue;
+                require(state[d] && !inside_character_[size_t(state[d])],
+                        "a token of a text slice is not a string of the infinite text slice");
+                for (int c = characters[d]; c <= kMaxTextLength; ++c)
+                    text_up_to_[size_t(c - 1) * n_words + (t >> 5)] |= uint32_t(1) << (t & 31);
+            }
+        }
+    }
     const size_t nodes = trie->n_nodes();
     subtree_bits_.assign(nodes, 0);
     for (size_t v = nodes; v-- > 0;) {  // children come after their parent (DFS order)
@@ -127,13 +163,53 @@ uint32_t MaskFiller::decide(std::vector<int8_t> known,
     return combination;
 }
 
-uint32_t MaskFiller::admitted(int32_t s) {
-    auto found = admitted_.find(s);
-    if (found != admitted_.end()) return found->second;
-    const uint32_t combination = decide(std::vector<int8_t>(slices_->within.size(), -1),
-                                        [this, s](int i) { return int8_t(admits(s, i)); });
-    admitted_.emplace(s, combination);
-    return combination;
+SliceDecision MaskFiller::decided(int32_t s) {
+    auto found = decided_.find(s);
+    if (found != decided_.end()) return found->second;
+    SliceDecision decision;
+    decision.admitted = decide(std::vector<int8_t>(slices_->within.size(), -1),
+                               [this, s](int i) { return int8_t(admits(s, i)); });
+    const uint32_t text = slices_->text_slices;
+    if (text && (decision.admitted & text) != text) decision.text_length = text_length(s);
+    decided_.emplace(s, decision);
+    return decision;
+}
+
+int MaskFiller::text_length(int32_t s) {
+    Lexer& lexer = core_->lexer();
+    const int language = slices_->text_language();
+    const DFATable& text = slices_->languages[size_t(language)];
+    using Pair = std::pair<int32_t, int32_t>;  // (text language state, lexer state)
+    std::vector<Pair> level{{slices_->starts[size_t(language)], s}}, next_level, inside;
+    int live_up_to = -1;  // the longest length whose every text string is live, once known
+    for (int length = 1; length <= Slices::kMaxTextLength + 1; ++length) {
+        next_level.clear();
+        inside = level;  // one more character from each pair, byte by byte
+        while (!inside.empty()) {
+            const auto [r, q] = inside.back();
+            inside.pop_back();
+            const int32_t tag = lexer.tag(q);
+            const int32_t* row = text.next.data() + size_t(r) * 256;
+            for (int b = 0; b < 256; ++b) {
+                const int32_t r2 = row[b];
+                if (!r2) continue;
+                const int32_t q2 = lexer.next(q, uint8_t(b));
+                if (!q2) {
+                    if (tag && lexer.can_end(tag, uint8_t(b))) return -1;  // not by length
+                    if (live_up_to < 0) live_up_to = length - 1;
+                    continue;
+                }
+                auto& into = slices_->inside_character(r2) ? inside : next_level;
+                if (std::find(into.begin(), into.end(), Pair{r2, q2}) == into.end())
+                    into.emplace_back(r2, q2);
+                if (inside.size() + next_level.size() > kTextLevelStates) return -1;
+            }
+        }
+        if (next_level.empty()) return live_up_to == length - 1 ? live_up_to : -1;
+        if (live_up_to >= 0) return -1;  // some strings of this length live, some not
+        level.swap(next_level);
+    }
+    return -1;
 }
 
 bool MaskFiller::ends_inside(int32_t s, int slice) {
@@ -166,26 +242,30 @@ bool MaskFiller::ends_inside(int32_t s, int slice) {
     return ends;
 }
 
-uint32_t MaskFiller::admitted(const NodeRef& node, int32_t s, Meter& meter) {
-    uint32_t combination = admitted(s);
+SliceDecision MaskFiller::decided(const NodeRef& node, int32_t s, Meter& meter) {
+    SliceDecision decision = decided(s);
     const size_t n = slices_->within.size();
-    if (combination == (uint32_t(1) << n) - 1) return combination;
+    if (decision.text_length >= 0 || decision.admitted == (uint32_t(1) << n) - 1)
+        return decision;
     const auto key = std::make_pair(node->serial, s);
     auto found = across_.find(key);
-    if (found != across_.end()) return found->second;
+    if (found != across_.end()) {
+        decision.admitted = found->second;
+        return decision;
+    }
     // the slices the lexer state refused, asked again with lexemes ending inside their strings
     // (only finite slices with tokens whose strings may end the lexeme in progress)
     std::vector<int8_t> known(n, -1);
     for (size_t i = 0; i < n; ++i)
-        if (combination >> i & 1) known[i] = 1;
-    combination = decide(std::move(known), [&](int i) -> int8_t {
+        if (decision.admitted >> i & 1) known[i] = 1;
+    decision.admitted = decide(std::move(known), [&](int i) -> int8_t {
         if (slices_->empty(i) || slices_->infinite[size_t(i)] || !ends_inside(s, i)) return -1;
         return core_->admits(node, s, slices_->languages[size_t(i)], slices_->starts[size_t(i)],
                              kAcrossPairs, meter);
     });
     if (across_.size() >= kAcrossKept) across_.clear();
-    across_.emplace(key, combination);
-    return combination;
+    across_.emplace(key, decision.admitted);
+    return decision;
 }
 
 NodeRef MaskFiller::after_lexeme(const NodeRef& node, int32_t s, Meter& meter) {
@@ -199,14 +279,22 @@ bool MaskFiller::fill(const NodeRef& node, int32_t s, uint32_t* row, Meter& mete
     if (s < 0 || size_t(s) >= core_->lexer().n_states())
         throw std::invalid_argument("lexer state out of range");
     const int32_t started = s ? s : core_->start_of(*node);
-    const uint32_t combination = admitted(node, started, meter);
+    const SliceDecision decision = decided(node, started, meter);
+    uint32_t skipped = decision.admitted;  // the slices whose tokens the walk need not read
     const size_t n_words = slices_->n_words;
-    for (size_t i = 0; i < slices_->bitmasks.size(); ++i) {
-        if (!(combination >> i & 1)) continue;
-        const uint32_t* words = slices_->bitmasks[i].data();
+    auto add_words = [row, n_words](const uint32_t* words) {
         for (size_t w = 0; w < n_words; ++w) row[w] |= words[w];
+    };
+    uint32_t skipped_by_length = 0;  // the text family, when decided by length
+    if (decision.text_length >= 0) {
+        skipped_by_length = slices_->text_slices;
+        skipped |= skipped_by_length;
+        if (decision.text_length > 0) add_words(slices_->text_up_to(decision.text_length));
     }
-    core_->walk(node, started, *slices_->trie, slices_->filter(combination), pieces_, meter,
+    for (size_t i = 0; i < slices_->bitmasks.size(); ++i)
+        if ((decision.admitted & ~skipped_by_length) >> i & 1)
+            add_words(slices_->bitmasks[i].data());
+    core_->walk(node, started, *slices_->trie, slices_->filter(skipped), pieces_, meter,
                 [row](const std::vector<int32_t>& tokens) {
                     for (int32_t t : tokens) set_bit(row, t);
                 });

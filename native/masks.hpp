@@ -28,6 +28,11 @@ struct Slices {
     std::vector<std::vector<int>> within;         // within[i]: slices whose language holds i's
     size_t n_words = 0;
     std::shared_ptr<const Trie> trie;  // every token's
+    // The text family: slices of plain text (UTF-8), decided together by length in characters
+    // where a state keeps every text string up to some length live and no longer one (see
+    // MaskFiller::text_length). The family's one infinite slice holds the others' strings.
+    uint32_t text_slices = 0;
+    static constexpr int kMaxTextLength = 30;  // longest length decided
     // Throws std::invalid_argument naming the first inconsistency; then indexes the slices'
     // tokens in the trie (see `filter`).
     void validate_and_index();
@@ -37,9 +42,26 @@ struct Slices {
         return {token_bits_.data(), subtree_bits_.data(), combination};
     }
     bool empty(int slice) const { return !(subtree_bits_[0] >> slice & 1); }  // no tokens
+    // The text family's tokens of 1 to `length` characters (1..kMaxTextLength), packed.
+    const uint32_t* text_up_to(int length) const {
+        return text_up_to_.data() + size_t(length - 1) * n_words;
+    }
+    int text_language() const { return text_language_; }  // the infinite text slice, or -1
+    // Per state of the text language: it is inside a character (a continuation byte may follow).
+    bool inside_character(int32_t r) const { return inside_character_[size_t(r)]; }
 
 private:
     std::vector<uint32_t> token_bits_, subtree_bits_;  // see SliceFilter
+    std::vector<uint32_t> text_up_to_;                 // kMaxTextLength x n_words
+    int text_language_ = -1;
+    std::vector<uint8_t> inside_character_;
+};
+
+// What the slices come to at a state: those admitted whole and, when `text_length` >= 0, the
+// text family decided by length (tokens of at most that many bytes admitted, longer refused).
+struct SliceDecision {
+    uint32_t admitted = 0;
+    int text_length = -1;
 };
 
 class MaskFiller {
@@ -60,8 +82,12 @@ private:
     // and `ask(i)` for the others (-1: not asked), asked larger languages first so that an
     // answer settles the languages inside or around it.
     uint32_t decide(std::vector<int8_t> known, const std::function<int8_t(int)>& ask) const;
-    uint32_t admitted(const NodeRef& node, int32_t s, Meter& meter);
-    uint32_t admitted(int32_t s);
+    SliceDecision decided(const NodeRef& node, int32_t s, Meter& meter);
+    SliceDecision decided(int32_t s);
+    // The length n such that from `s` every text string of at most n characters keeps the
+    // lexer live and none longer does, without a lexeme ending on the way; -1 when there is
+    // none up to kMaxTextLength (searched one character at a time over the text language).
+    int text_length(int32_t s);
     bool admits(int32_t s, int slice);
     // Whether a string of the slice read from lexer state `s` may end the lexeme in progress
     // (where the lexer alone refuses it, the automaton may admit it across the end).
@@ -74,7 +100,7 @@ private:
     std::vector<int64_t> eos_;
     size_t max_pairs_;
     std::vector<int> order_;  // slices asked in this order (larger languages first)
-    std::unordered_map<int32_t, uint32_t> admitted_;  // per lexer state
+    std::unordered_map<int32_t, SliceDecision> decided_;  // per lexer state
     std::map<std::tuple<int32_t, int32_t, int>, bool> lexeme_admits_;  // (lexeme, at, slice)
     std::map<std::pair<uint64_t, int32_t>, uint32_t> across_;  // per (node serial, state)
     std::map<std::pair<int32_t, int>, bool> ends_inside_;        // per (state, slice)

@@ -316,11 +316,15 @@ void bind_cfg(py::module_& m) {
     py::class_<Slices, std::shared_ptr<Slices>>(m, "Slices", "A vocabulary's slices (slices.py).")
         .def(py::init([](const py::list& languages, const py::list& bitmasks,
                          const py::list& within, size_t n_words,
-                         std::shared_ptr<Trie> trie) {
+                         std::shared_ptr<Trie> trie, const std::vector<int>& text_slices) {
                  // languages: (DFATable, start, infinite) per slice
                  auto out = std::make_shared<Slices>();
                  out->n_words = n_words;
                  out->trie = std::move(trie);
+                 for (int i : text_slices) {
+                     if (i < 0 || i >= 16) throw py::value_error("a text slice out of range");
+                     out->text_slices |= uint32_t(1) << i;
+                 }
                  for (const py::handle& spec : languages) {
                      auto t = spec.cast<py::tuple>();
                      if (t.size() != 3) throw py::value_error("a slice is (table, start, infinite)");
@@ -343,7 +347,7 @@ void bind_cfg(py::module_& m) {
                  return out;
              }),
              py::arg("languages"), py::arg("bitmasks"), py::arg("within"), py::arg("n_words"),
-             py::arg("trie"));
+             py::arg("trie"), py::arg("text_slices"));
 
     py::class_<MaskFiller>(m, "MaskFiller", "A grammar's whole masks over one vocabulary.")
         .def(py::init([](std::shared_ptr<CFGCore> core, std::shared_ptr<Slices> slices,

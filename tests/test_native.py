@@ -345,6 +345,72 @@ def test_long_strings_same_masks(schema, any_vocab):
         assert accepted == jsonschema.Draft202012Validator(schema).is_valid(document), n
 
 
+_BOUNDED_SCHEMAS = [
+    {"type": "string", "minLength": 12, "maxLength": 12, "pattern": "[0-9a-fA-F]+"},
+    {"type": "string", "maxLength": 5},
+    {"type": "array", "items": {"type": "string", "minLength": 3, "maxLength": 29}},
+    {"type": "object", "additionalProperties": {"type": "string", "maxLength": 30}},
+]
+
+
+@pytest.mark.parametrize("schema", _BOUNDED_SCHEMAS, ids=["hex-12", "max-5", "3-29", "keys"])
+def test_short_bounded_strings_same_masks(schema, any_vocab):
+    """Within a short length bound the native masks decide plain-text tokens by their length
+    in characters (admitted up to what is left, refused past it), the Python engine walks them:
+    the same masks at every position, for strings of ASCII, multi-byte characters and escapes
+    under, at and past the bounds; acceptance as `jsonschema` says."""
+    import jsonschema
+
+    grammar = cn.Grammar.from_json_schema(schema)
+    rng = random.Random(5)
+    pieces = ["a", "0f", "ab12", "\u00e9", "\u00e9t\u00e9", "\U0001f389", "x y", '\\"', "'"]
+    for n in (1, 3, 5, 11, 12, 13, 29, 30, 31):
+        body = "".join(rng.choice(pieces) for _ in range(n))[:n]
+        document = {
+            "string": body, "array": [body, body[: n // 2]], "object": {"k": body, body: "v"}
+        }[schema["type"]]  # fmt: skip
+        text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+        accepted = assert_same_masks(grammar, any_vocab, any_vocab.encode(text))
+        assert accepted == jsonschema.Draft202012Validator(schema).is_valid(document), text
+
+
+def test_text_next_to_text_lexemes_same_masks(smollm_vocab):
+    """Where a text lexeme may end inside a token and another begin, tokens are not decided
+    by length: the same masks as the Python engine."""
+    grammar = cn.Grammar.from_lark('start: A B ("-" A)*\nA: /[a-z]{3}/\nB: /[a-z ]{2,4}/')
+    for text in ["abcde", "abcd e-xyz", "abc  x-abc-def", "abcdefgh"]:
+        assert_same_masks(grammar, smollm_vocab, smollm_vocab.encode(text))
+
+
+@pytest.mark.parametrize(
+    "text_slices, message",
+    [
+        ([1], "need an infinite one"),
+        ([0, 3], "one infinite text slice"),
+        ([2, 0], "not a string of the infinite text slice"),
+        ([16], "out of range"),
+    ],
+)
+def test_slices_refuse_a_wrong_text_family(text_slices, message, smollm_vocab):
+    """The slices decided together by length must be plain text with one infinite slice holding
+    the others' tokens; anything else is refused naming what is wrong."""
+    from constrain.engine.native import Slices
+
+    from constrain.engine.slices import slices_of
+
+    slices = slices_of(smollm_vocab)
+    languages = [
+        (s.language.native_table(), s.language.start, s.language.longest() is None)
+        for s in slices.slices
+    ]
+    bitmasks = [s.bitmask for s in slices.slices]
+    within = [[] for _ in slices.slices]
+    trie = smollm_vocab.trie.native
+    Slices(languages, bitmasks, within, slices.n_words, trie, [1, 2, 3])  # as slices.py does
+    with pytest.raises(ValueError, match=message):
+        Slices(languages, bitmasks, within, slices.n_words, trie, text_slices)
+
+
 def _broken(arrays: dict, name: str, index, value):
     out = {k: v.copy() for k, v in arrays.items()}
     if value is None:

@@ -98,7 +98,9 @@ class VocabularySlices:
             ]
             bitmasks = [s.bitmask for s in self.slices]
             full = self._tries[(False,) * len(self.slices)].native
-            self._native = Slices(languages, bitmasks, self._within, self.n_words, full)
+            # the text family: slices of plain text, decided together by length where they can
+            text = [i for i, s in enumerate(self.slices) if s.pattern.startswith(_TEXT)]
+            self._native = Slices(languages, bitmasks, self._within, self.n_words, full, text)
         return self._native
 
     def admitted(self, admits) -> tuple[bool, ...]:
