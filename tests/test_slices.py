@@ -77,3 +77,23 @@ def test_grammar_string_states_admit_the_text_slices(smollm_vocab: Vocabulary):
     # the mask read off the slices equals a per-token walk on a Constraint with no mask cached
     mask = assert_mask_matches_checks(grammar, smollm_vocab, prefix, m.mask())
     assert mask.sum() > 0.9 * len(smollm_vocab.text_token_ids)
+
+
+@pytest.mark.parametrize("pattern", ["^[0-9]{4}-[0-9]{2}.*$", "^x.+", "(.*)"])
+def test_a_pattern_dot_admits_the_text_slices(pattern, smollm_vocab: Vocabulary):
+    """A JSON Schema pattern's `.` refuses line terminators, U+2028 and U+2029 among them: the
+    text slices leave those out, so a string free after its prefix admits them whole (before,
+    every mask there walked the trie); the mask equals a per-token walk."""
+    grammar = cn.Grammar.from_json_schema({"type": "string", "pattern": pattern})
+    prefix = smollm_vocab.encode('"2024-01x' if pattern[1] == "[" else '"x')
+    m = cn.Constraint(grammar, smollm_vocab).start()
+    m.advance_many(prefix)
+    state = m
+    while not hasattr(state, "state"):
+        state = state.inner
+    languages = [part.language for part in slices_of(smollm_vocab).slices]
+    assert [grammar.automaton.admits(state.state, lang) for lang in languages][1:] == [True] * 3
+    assert_mask_matches_checks(grammar, smollm_vocab, prefix, m.mask())
+    if pattern.startswith("^"):  # anchored: a separator right after the prefix is refused
+        separator = smollm_vocab.encode("\u2028")
+        assert not all(m.check(t) and m.advance(t) is None for t in separator)

@@ -4,7 +4,7 @@ Inside a string-like lexeme (JSON string content, a SQL string, free text) almos
 allowed, and walking the whole trie to say so is the slowest mask an engine computes. The
 vocabulary is therefore partitioned once, by regular languages of plain text, into *slices*
 (tokens of whitespace only; tokens of up to 10, up to 30, or more characters that contain no
-quote, backslash or control character) and the *rest*.
+quote, apostrophe, backslash, control character or line separator) and the *rest*.
 
 For a state, a slice is *admitted* when every string of the slice's language keeps the state
 live (`Automaton.admits`, an exact product check of two DFAs, cached by the automaton). An
@@ -27,7 +27,9 @@ from constrain.engine.vocab import TokenTrie, Vocabulary
 
 __all__ = ["SLICE_PATTERNS", "Slice", "VocabularySlices", "admits", "slices_of"]
 
-_TEXT = r"""[^"'\\\x00-\x1f\x7f]"""
+# plain text: no quote, apostrophe, backslash or control character, and no line or paragraph
+# separator, which a JSON Schema pattern's `.` refuses (as it refuses \n)
+_TEXT = r"""[^"'\\\x00-\x1f\x7f\u2028\u2029]"""
 # A token belongs to the first pattern it matches (in full); the containment check uses the
 # whole pattern, so later, longer slices are only admitted where long runs are allowed.
 SLICE_PATTERNS = (r"[ \t\n\r]+", _TEXT + "{1,10}", _TEXT + "{1,30}", _TEXT + "+")
