@@ -152,7 +152,8 @@ bool CFGCore::admits(const NodeRef& node, int32_t s, const DFATable& language, i
 
 void CFGCore::walk(const NodeRef& node, int32_t s, const Trie& trie, const SliceFilter& filter,
                    PieceCache& cache, Meter& meter,
-                   const std::function<void(const std::vector<int32_t>&)>& found) {
+                   const std::function<void(const std::vector<int32_t>&)>& found,
+                   const TextBelow* text) {
     struct Pending {
         NodeRef node;
         PieceKey key;
@@ -170,7 +171,8 @@ void CFGCore::walk(const NodeRef& node, int32_t s, const Trie& trie, const Slice
             meter.burn(1);
             const auto& starts = here.key.at_root ? roots : here.key.starts;
             auto built = std::make_shared<Piece>(
-                walk_lexer(*lexer_, trie, here.key.state, starts, here.key.at_root, filter));
+                walk_lexer(*lexer_, trie, here.key.state, starts, here.key.at_root, filter,
+                           text));
             size_t n_found = built->tokens.size();
             for (const auto& [tag, nodes] : built->ends) n_found += nodes.size();
             meter.burn(1 + int64_t(n_found) / kFoundPerUnit);

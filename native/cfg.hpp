@@ -81,10 +81,11 @@ public:
                 size_t max_pairs, Meter& meter);
     // The tokens of `trie` that `filter` keeps and whose bytes keep (node, s) live, given to
     // `found` a piece at a time (a token may come twice); `cache` holds the pieces of this
-    // trie, keyed by the filter's combination.
+    // trie, keyed by the filter's combination; `text` as walk_lexer takes it.
     void walk(const NodeRef& node, int32_t s, const Trie& trie, const SliceFilter& filter,
               PieceCache& cache, Meter& meter,
-              const std::function<void(const std::vector<int32_t>&)>& found);
+              const std::function<void(const std::vector<int32_t>&)>& found,
+              const TextBelow* text = nullptr);
 
 private:
     std::shared_ptr<Lexer> lexer_;

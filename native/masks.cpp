@@ -107,7 +107,13 @@ MaskFiller::MaskFiller(std::shared_ptr<CFGCore> core, std::shared_ptr<const Slic
     for (size_t i = 0; i < slices_->languages.size(); ++i) order_.push_back(int(i));
     std::stable_sort(order_.begin(), order_.end(), [this](int a, int b) {
         return slices_->within[size_t(a)].size() < slices_->within[size_t(b)].size();
-    });
+    });    const int text = slices_->text_language();
+    if (text >= 0) {
+        text_below_.slices = slices_->text_slices;
+        text_below_.admitted_after = [this, text](int32_t q) {
+            return bool(decided(q).admitted >> text & 1);
+        };
+    }
 }
 
 bool MaskFiller::admits(int32_t s, int slice) {
@@ -297,7 +303,8 @@ bool MaskFiller::fill(const NodeRef& node, int32_t s, uint32_t* row, Meter& mete
     core_->walk(node, started, *slices_->trie, slices_->filter(skipped), pieces_, meter,
                 [row](const std::vector<int32_t>& tokens) {
                     for (int32_t t : tokens) set_bit(row, t);
-                });
+                },
+                text_below_.slices ? &text_below_ : nullptr);
     NodeRef after = after_lexeme(node, s, meter);
     if (after) {
         for (const auto& [lexeme, token] : specials_)

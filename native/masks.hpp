@@ -101,6 +101,7 @@ private:
     size_t max_pairs_;
     std::vector<int> order_;  // slices asked in this order (larger languages first)
     std::unordered_map<int32_t, SliceDecision> decided_;  // per lexer state
+    TextBelow text_below_;  // the text slices, taken whole below a first character
     std::map<std::tuple<int32_t, int32_t, int>, bool> lexeme_admits_;  // (lexeme, at, slice)
     std::map<std::pair<uint64_t, int32_t>, uint32_t> across_;  // per (node serial, state)
     std::map<std::pair<int32_t, int>, bool> ends_inside_;        // per (state, slice)

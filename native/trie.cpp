@@ -70,17 +70,31 @@ void add_tokens(const Trie& trie, int64_t node, std::vector<int32_t>& out,
 
 }  // namespace
 
+namespace {
+
+// Bytes in a UTF-8 character, by its first byte (1 for a stray continuation byte).
+int character_length(uint8_t lead) { return lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4; }
+
+}  // namespace
+
 Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vector<int64_t>& starts,
-                 bool end_at_start, const SliceFilter& filter) {
+                 bool end_at_start, const SliceFilter& filter, const TextBelow* text) {
     Piece piece;
     std::vector<int32_t> below;  // below[d]: the lexer state before reading depth d of a subtree
+    SliceFilter without_text = filter;  // inside a subtree whose text tokens were taken whole
+    if (text) without_text.combination |= text->slices;
+    const bool take_text = text && filter.token_bits &&
+                           (filter.combination & text->slices) != text->slices;
     for (int64_t root : starts) {
         const int32_t base = trie.depth[size_t(root)];
         const int64_t end = trie.subtree_end[size_t(root)];
         below.assign(1, state);
         int64_t node = root;
+        int64_t text_taken_until = -1;  // node index where that subtree ends
+        size_t first_character = 0;     // bytes of the first character on the path
         while (node < end) {
-            if (!filter.keeps_node(node)) {  // only tokens of admitted slices below
+            const SliceFilter& here = node < text_taken_until ? without_text : filter;
+            if (!here.keeps_node(node)) {  // only tokens of admitted slices below
                 node = trie.subtree_end[size_t(node)];
                 continue;
             }
@@ -96,7 +110,19 @@ Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vecto
                 node = trie.subtree_end[size_t(node)];
                 continue;
             }
-            add_tokens(trie, node, piece.tokens, filter);
+            if (d == 0) first_character = size_t(character_length(b));
+            if (take_text && node >= text_taken_until && d + 1 == first_character &&
+                text->admitted_after(after)) {
+                const int64_t subtree_end = trie.subtree_end[size_t(node)];
+                const uint32_t taken = text->slices & ~filter.combination;
+                for (int64_t k = trie.token_start[size_t(node)];
+                     k < trie.token_start[size_t(subtree_end)]; ++k) {
+                    const int64_t t = trie.tokens[size_t(k)];
+                    if (filter.token_bits[t] & taken) piece.tokens.push_back(int32_t(t));
+                }
+                text_taken_until = subtree_end;
+            }
+            add_tokens(trie, node, piece.tokens, node < text_taken_until ? without_text : filter);
             if (below.size() <= d + 1) below.resize(d + 2);
             below[d + 1] = after;
             ++node;

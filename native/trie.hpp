@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -46,12 +47,22 @@ struct Piece {
     std::map<int32_t, std::vector<int64_t>> ends;
 };
 
+// Plain-text slices a walk may take whole below a node: where the first character read leaves
+// the lexer in a state that keeps every plain-text string live (`admitted_after(state)`), every
+// token of `slices` below is taken without reading it (a pattern that only constrains the first
+// character, such as "not /").
+struct TextBelow {
+    uint32_t slices = 0;
+    std::function<bool(int32_t)> admitted_after;
+};
+
 // From lexer `state`, read the subtrees of `starts` (each start node's own byte first). A dead
 // byte ends the lexeme when the state's tag may end before it; at a start node only when
 // `end_at_start` (false when the state has just started a lexeme: nothing can end yet). Only
-// the tokens and nodes `filter` keeps are read.
+// the tokens and nodes `filter` keeps are read; with `text`, see TextBelow.
 Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vector<int64_t>& starts,
-                 bool end_at_start, const SliceFilter& filter = {});
+                 bool end_at_start, const SliceFilter& filter = {},
+                 const TextBelow* text = nullptr);
 
 // A byte DFA's transitions (n x 256, state 0 dead), checked once when copied in.
 struct DFATable {

@@ -383,6 +383,23 @@ def test_text_next_to_text_lexemes_same_masks(smollm_vocab):
 
 
 @pytest.mark.parametrize(
+    "pattern", ["^[^/]", "^$|^[^/](.+)[^/]$", "^[a-z\u00e9]", "^\\S", "^[a-z][0-9]"]
+)
+def test_first_character_then_free_same_masks(pattern, any_vocab):
+    """Where only a string's first character is constrained, the native walk takes the text
+    tokens below each allowed first character whole (ASCII and multi-byte first characters),
+    the Python engine walks them: the same masks; acceptance as `jsonschema` says."""
+    import jsonschema
+
+    schema = {"type": "array", "items": {"type": "string", "pattern": pattern}}
+    grammar = cn.Grammar.from_json_schema(schema)
+    for document in [["abc", "x/y z"], ["\u00e9t\u00e9 /", "/"], ["\U0001f389a/b"], [" a", ""]]:
+        text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+        accepted = assert_same_masks(grammar, any_vocab, any_vocab.encode(text))
+        assert accepted == jsonschema.Draft202012Validator(schema).is_valid(document), text
+
+
+@pytest.mark.parametrize(
     "text_slices, message",
     [
         ([1], "need an infinite one"),
