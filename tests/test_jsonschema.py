@@ -832,6 +832,64 @@ def test_key_text_is_the_json_text_of_the_key(seed):
         assert '"' not in body and all(ord(c) >= 0x20 for c in body), text
 
 
+def _scalar_ends_vocabulary():
+    """Every byte, and tokens that complete scalars, strings and containers in one piece (real
+    vocabularies hold few: they split digits from punctuation)."""
+    from constrain.engine.vocab import Vocabulary
+
+    pieces = [b"1,", b" 1]", b"2 ", b"true,", b"null]", b"-1.5 ", b'"a"', b'"a",', b"[]", b"{}"]
+    pieces += [b'"s"]', b"3}", b' "b"', b"[1,", b'xy"', b'":', b'"c":[', b"2, 3]"]
+    pieces += [b'a"]', b'b"}', b'a",1,', b'a":1}', b'b", "c"', b's"]]', b'k":[1,']  # leave a string
+    pieces += [b'\\u0061"', b'\\u0062":', b'\\"]', b'\\u0031"]']  # escapes spelling a repeat
+    return Vocabulary(
+        [bytes([b]) for b in range(256)] + pieces + [None], eos_ids=[256 + len(pieces)]
+    )
+
+
+@pytest.mark.parametrize(
+    "schema, text",
+    [
+        (
+            {"type": "array", "items": {"not": {"contains": {"type": "integer"}}}},
+            '[["a",true],[null, "b"] ,[{"k":[1,null]}],[-1.5 , "s"]]',
+        ),
+        ({"type": "array", "uniqueItems": True}, '[1,"a",[1,2],{"a":1,"b":[2]},null, true, 12, "b"]'),
+        (
+            {"properties": {"a": {"not": {"maxLength": 1}}}, "additionalProperties": _UNIQUE},
+            '{"a":"xy","b":[1,2, 3] ,"c":[]}',
+        ),
+    ],
+)
+@pytest.mark.parametrize("spellings", ["canonical", "all"])
+def test_risky_tokens_hold_every_token_the_check_may_refuse(schema, text, spellings, smollm_vocab):
+    """Masks and checks scan only the tokens `risky` selects: before every token of a document
+    (in and between values), no other token the grammar allows is refused by `feed` (the
+    oracle, on every allowed token), and `selects` agrees with the vectorized `select`; on a
+    real vocabulary and on one whose tokens end values in one piece."""
+    grammar = cn.Grammar.from_json_schema(schema, whitespace="default", spellings=spellings)
+    check = grammar.check
+    unchecked = grammar.with_engine("native")  # a copy: the same automaton, without the check
+    unchecked.check = None
+    for vocab in (smollm_vocab, _scalar_ends_vocabulary()):
+        tokens = vocab.encode_bytes(text.encode())
+        assert vocab.decode_bytes(tokens) == text.encode()
+        grammar_only = cn.Constraint(unchecked, vocab).start()
+        for i in range(len(tokens) + 1):
+            state = check.feed(check.start, vocab.decode_bytes(tokens[:i]))
+            risky = check.risky(state)
+            selected = np.zeros(vocab.size, dtype=bool)
+            if risky is not None:
+                selected[check.select(risky, vocab)] = True
+            for token in np.flatnonzero(grammar_only.mask()).tolist():
+                token_text = vocab.token_bytes(token)
+                if token_text and not selected[token]:
+                    assert check.feed(state, token_text) is not None, (tokens[:i], token_text)
+                if token_text and risky is not None:
+                    assert check.selects(risky, token_text) == selected[token], token_text
+            if i < len(tokens):
+                grammar_only.advance(tokens[i])
+
+
 def test_a_few_keys_of_a_region_become_named_properties(smollm_vocab):
     """Keys limited to a small enum (propertyNames) are written at most once by the grammar
     itself, in sorted order (any order with any_order=True): after the last one, no comma

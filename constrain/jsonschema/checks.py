@@ -39,7 +39,11 @@ _SCALAR_END = frozenset(b" \t\n\r,]}")
 # the bytes a token may need to complete an item (whatever ends a value: a quote, a closing
 # bracket, a comma or whitespace after a number)
 _ITEM_ENDS = frozenset(b'" \t\n\r,]}')
-_CLOSERS = frozenset(b",]}")  # after a string: what ends a container or starts a new member
+# between values: a scalar's first byte is none of these (whitespace, punctuation, a quote)
+_NOT_SCALAR = frozenset(b' \t\n\r"[]{},:')
+# between values, a token can complete one only by closing a container, holding a whole string
+# (two quotes) or a scalar and what ends it; ("completes",) selects those tokens
+_BETWEEN_VALUES = frozenset((_VALUE, _KEY, _COLON, _AFTER))
 _MAX_VERDICTS = 4096  # validations of completed values remembered per schema
 _MAX_SELECTIONS = 1024  # token selections remembered per vocabulary (one per key prefix)
 # quotes a token needs to complete a repeated key, by mode: to close a key in progress, to write
@@ -214,7 +218,7 @@ class JsonChecks:
         captures = state.captures
         validating = any(capture[2] for capture in captures)
         if validating or any(isinstance(f, _Array) and f.unique for f in state.frames):
-            risky = ("ends", _ITEM_ENDS)
+            risky = ("completes",) if state.mode in _BETWEEN_VALUES else ("ends", _ITEM_ENDS)
         else:
             needed = _QUOTES_TO_KEY.get(state.mode, 2)
             keys = any(isinstance(f, _Object) and f.seen for f in state.frames)
@@ -238,9 +242,8 @@ class JsonChecks:
         if self.escapes and b"\\" in written:
             return risky  # an escape written: the rest of a repeat may be spelled any way
         rests = tuple(t[len(written) :] for t in earlier if t.startswith(written))
-        # a scalar can end at whitespace: where values are validated, that may complete one
-        leaving = ("exit", _CLOSERS | _WS if self.validates else _CLOSERS)
-        if self.escapes:  # the rest of a repeat spelled with an escape
+        leaving = ("exit",)
+        if self.escapes and rests:  # the rest of a repeat spelled with an escape
             leaving = ("either", leaving, ("ends", frozenset(b"\\")))
         return ("prefixes", rests, leaving)
 
@@ -250,13 +253,13 @@ class JsonChecks:
             return data.startswith(selector[1]) or self.selects(selector[2], data)
         if kind == "either":
             return self.selects(selector[1], data) or self.selects(selector[2], data)
-        if kind == "exit":  # leaves the string, then ends something or writes another string
+        if kind == "exit":  # leaves the string, then completes a value
             quote = data.find(b'"')
-            return quote >= 0 and (
-                data.count(b'"') >= 3 or not selector[1].isdisjoint(data[quote + 1 :])
-            )
+            return quote >= 0 and _completes(data[quote + 1 :])
         if kind == "quotes":
             return data.count(b'"') >= selector[1]
+        if kind == "completes":
+            return _completes(data)
         return not selector[1].isdisjoint(data)
 
     def select(self, selector, vocab: Vocabulary) -> np.ndarray:
@@ -423,11 +426,14 @@ class _ByteTable:
         self.size = vocab.size
         quote = self.data == 0x22
         self.quotes = np.bincount(self.token[quote], minlength=vocab.size)
-        # each byte comes after a quote of its own token
-        seen = np.concatenate([[0], np.cumsum(quote)])  # quotes before each byte offset
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        self.after_quote = seen[:-1] - seen[starts][self.token] > 0
+        self._starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])  # each token's first byte
+        self.after_quote = self.after(quote)
         self._selections: dict = {}  # selector -> token ids
+
+    def after(self, found: np.ndarray) -> np.ndarray:
+        """Per byte: some earlier byte of its own token is `found` (a bool per byte)."""
+        seen = np.concatenate([[0], np.cumsum(found)])  # found bytes before each byte offset
+        return seen[:-1] - seen[self._starts][self.token] > 0
 
     def selected(self, selector, trie) -> np.ndarray:
         """Ids of the tokens `selector` selects, remembered (a ``"prefixes"`` selector reads
@@ -463,9 +469,14 @@ def _selected(selector, table: _ByteTable) -> np.ndarray:
         return _selected(selector[1], table) | _selected(selector[2], table)
     if kind == "quotes":
         return table.quotes >= selector[1]
-    if kind == "exit":
-        after = table.having(table.of(selector[1]) & table.after_quote)
-        return (table.quotes >= 1) & ((table.quotes >= 3) | after)
+    if kind in ("exit", "completes"):  # `_completes` of what follows the first quote, or all
+        counted = table.after_quote if kind == "exit" else np.ones(len(table.data), dtype=bool)
+        quotes = 3 if kind == "exit" else 2  # the first quote, then a whole string
+        closes = table.having(table.of(frozenset(b"]}")) & counted)
+        scalar = ~table.of(_NOT_SCALAR) & counted
+        ended = table.having(table.of(_SCALAR_END) & table.after(scalar))
+        found = (table.quotes >= quotes) | closes | ended
+        return found & (table.quotes >= 1) if kind == "exit" else found
     return table.having(table.of(selector[1]))  # "ends"
 
 
@@ -481,6 +492,15 @@ def _token_texts(vocab: Vocabulary):
         ("native token texts",),
         lambda: TokenTexts(list(vocab.texts)),
     )
+
+
+def _completes(data: bytes) -> bool:
+    """Between values, `data` may complete one: it closes a container, holds a whole string
+    (two quotes), or a scalar and then what ends it (see `_BETWEEN_VALUES`)."""
+    if data.count(b'"') >= 2 or b"]" in data or b"}" in data:
+        return True
+    scalar = next((i for i, b in enumerate(data) if b not in _NOT_SCALAR), None)
+    return scalar is not None and not _SCALAR_END.isdisjoint(data[scalar + 1 :])
 
 
 def _closing_quote(data: bytes, i: int) -> int:
