@@ -76,6 +76,9 @@ void Slices::validate_and_index() {
             }
         }
     }
+    slot_bits_.resize(trie->tokens.size());
+    for (size_t k = 0; k < slot_bits_.size(); ++k)
+        slot_bits_[k] = token_bits_[size_t(trie->tokens[k])];
     const size_t nodes = trie->n_nodes();
     subtree_bits_.assign(nodes, 0);
     for (size_t v = nodes; v-- > 0;) {  // children come after their parent (DFS order)

@@ -39,7 +39,7 @@ struct Slices {
     // What a walk of `trie` reads when the slices of `combination` (bit i: slice i) are
     // admitted whole: every other token (no trie is built per combination).
     SliceFilter filter(uint32_t combination) const {
-        return {token_bits_.data(), subtree_bits_.data(), combination};
+        return {slot_bits_.data(), subtree_bits_.data(), combination};
     }
     bool empty(int slice) const { return !(subtree_bits_[0] >> slice & 1); }  // no tokens
     // The text family's tokens of 1 to `length` characters (1..kMaxTextLength), packed.
@@ -51,7 +51,8 @@ struct Slices {
     bool inside_character(int32_t r) const { return inside_character_[size_t(r)]; }
 
 private:
-    std::vector<uint32_t> token_bits_, subtree_bits_;  // see SliceFilter
+    std::vector<uint32_t> token_bits_;  // per token id: its slice bit (SliceFilter::kNoSlice)
+    std::vector<uint32_t> slot_bits_, subtree_bits_;  // see SliceFilter
     std::vector<uint32_t> text_up_to_;                 // kMaxTextLength x n_words
     int text_language_ = -1;
     std::vector<uint8_t> inside_character_;

@@ -64,13 +64,9 @@ namespace {
 void add_tokens(const Trie& trie, int64_t node, std::vector<int32_t>& out,
                 const SliceFilter& filter = {}) {
     for (int64_t k = trie.token_start[size_t(node)]; k < trie.token_start[size_t(node) + 1]; ++k)
-        if (filter.keeps_token(trie.tokens[size_t(k)]))
+        if (filter.keeps_slot(k))
             out.push_back(int32_t(trie.tokens[size_t(k)]));
 }
-
-}  // namespace
-
-namespace {
 
 // Bytes in a UTF-8 character, by its first byte (1 for a stray continuation byte).
 int character_length(uint8_t lead) { return lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4; }
@@ -83,7 +79,7 @@ Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vecto
     std::vector<int32_t> below;  // below[d]: the lexer state before reading depth d of a subtree
     SliceFilter without_text = filter;  // inside a subtree whose text tokens were taken whole
     if (text) without_text.combination |= text->slices;
-    const bool take_text = text && filter.token_bits &&
+    const bool take_text = text && filter.slot_bits &&
                            (filter.combination & text->slices) != text->slices;
     for (int64_t root : starts) {
         const int32_t base = trie.depth[size_t(root)];
@@ -116,10 +112,9 @@ Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vecto
                 const int64_t subtree_end = trie.subtree_end[size_t(node)];
                 const uint32_t taken = text->slices & ~filter.combination;
                 for (int64_t k = trie.token_start[size_t(node)];
-                     k < trie.token_start[size_t(subtree_end)]; ++k) {
-                    const int64_t t = trie.tokens[size_t(k)];
-                    if (filter.token_bits[t] & taken) piece.tokens.push_back(int32_t(t));
-                }
+                     k < trie.token_start[size_t(subtree_end)]; ++k)
+                    if (filter.slot_bits[k] & taken)
+                        piece.tokens.push_back(int32_t(trie.tokens[size_t(k)]));
                 text_taken_until = subtree_end;
             }
             add_tokens(trie, node, piece.tokens, node < text_taken_until ? without_text : filter);

@@ -28,16 +28,16 @@ struct Trie {
 // by each token's slice bit and, per node, the bits of its subtree's tokens; a walk skips a
 // subtree with none left. Null tables keep every token.
 struct SliceFilter {
-    const uint32_t* token_bits = nullptr;    // per token id: 1 << its slice, or kNoSlice
+    // per entry of the trie's `tokens` (read in order as the walk goes): 1 << the token's
+    // slice, or kNoSlice
+    const uint32_t* slot_bits = nullptr;
     const uint32_t* subtree_bits = nullptr;  // per node: the OR of its subtree's token bits
     uint32_t combination = 0;
     static constexpr uint32_t kNoSlice = uint32_t(1) << 31;
     bool keeps_node(int64_t node) const {
         return !subtree_bits || (subtree_bits[node] & ~combination);
     }
-    bool keeps_token(int64_t token) const {
-        return !token_bits || (token_bits[token] & ~combination);
-    }
+    bool keeps_slot(int64_t k) const { return !slot_bits || (slot_bits[k] & ~combination); }
 };
 
 // What a walk inside the lexemes in progress found: the tokens read wholly inside them, and

@@ -50,6 +50,8 @@ class Constraint:
         self.device_masks: BoundedCache[tuple[Hashable, str], torch.Tensor] = BoundedCache(
             _DEVICE_MASKS_KEPT
         )
+        if grammar.check is not None:
+            grammar.check.prepare(vocab)
         # bitmasks narrowed by the grammar's text check, by `TextChecked.mask_key`
         self.checked_masks: BoundedCache[Hashable, np.ndarray] = BoundedCache(
             _CHECKED_MASKS_KEPT, max_bytes=max_cache_bytes // 4, size=lambda mask: mask.nbytes

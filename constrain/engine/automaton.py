@@ -121,6 +121,9 @@ class TextCheck(Protocol):
     def with_engine(self, engine: str) -> TextCheck:
         """The same check with its token scans in `engine`."""
 
+    def prepare(self, vocab: Vocabulary) -> None:
+        """Build what `select` reads for `vocab` (once per vocabulary) now, not in a mask."""
+
 
 class DFAAutomaton:
     """A minimal byte DFA (dead state 0, every other state live) as an `Automaton`; its trie

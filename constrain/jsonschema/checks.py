@@ -44,8 +44,13 @@ _NOT_SCALAR = frozenset(b' \t\n\r"[]{},:')
 # between values, a token can complete one only by closing a container, holding a whole string
 # (two quotes) or a scalar and what ends it; ("completes",) selects those tokens
 _BETWEEN_VALUES = frozenset((_VALUE, _KEY, _COLON, _AFTER))
+# the selectors most masks read, built with a vocabulary's byte table (tens of ms each on a
+# large vocabulary: not in a mask)
+_COMMON_SELECTORS = (
+    ("completes",), ("exit",), ("ends", _ITEM_ENDS), ("either", ("exit",), ("ends", frozenset(b"\\")))
+)  # fmt: skip
 _MAX_VERDICTS = 4096  # validations of completed values remembered per schema
-_MAX_SELECTIONS = 1024  # token selections remembered per vocabulary (one per key prefix)
+_MAX_SELECTIONS = 1024  # "prefixes" selections remembered per vocabulary (one per key prefix)
 # quotes a token needs to complete a repeated key, by mode: to close a key in progress, to write
 # a whole key (from after a value, a comma or an opening brace), or to close a string value first
 _QUOTES_TO_KEY = {_KEYSTR: 1, _STRING: 3}
@@ -196,6 +201,9 @@ class JsonChecks:
     def with_engine(self, engine: str) -> JsonChecks:
         """This check with its token scans in `engine` (see `constrain.engine.engines`)."""
         return JsonChecks(self.root, self.validates, self.escapes, engine)
+
+    def prepare(self, vocab: Vocabulary) -> None:
+        _byte_table(vocab)
 
     def risky(self, state: _State):
         """The tokens that could be refused next, as a selector (see `selects`): with a unique
@@ -428,7 +436,10 @@ class _ByteTable:
         self.quotes = np.bincount(self.token[quote], minlength=vocab.size)
         self._starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])  # each token's first byte
         self.after_quote = self.after(quote)
-        self._selections: dict = {}  # selector -> token ids
+        self._selections: dict = {}  # "prefixes" selector -> token ids
+        self._fixed: dict = {}  # any other selector -> token ids
+        for selector in _COMMON_SELECTORS:
+            self.selected(selector, None)
 
     def after(self, found: np.ndarray) -> np.ndarray:
         """Per byte: some earlier byte of its own token is `found` (a bool per byte)."""
@@ -436,19 +447,22 @@ class _ByteTable:
         return seen[:-1] - seen[self._starts][self.token] > 0
 
     def selected(self, selector, trie) -> np.ndarray:
-        """Ids of the tokens `selector` selects, remembered (a ``"prefixes"`` selector reads
-        the token `trie` for its rests)."""
-        found = self._selections.get(selector)
+        """Ids of the tokens `selector` selects, remembered: the few selectors that do not
+        name keys for good (the common ones built with the table), a ``"prefixes"`` selector
+        (which reads the token `trie` for its rests) among the latest `_MAX_SELECTIONS`."""
+        fixed = selector[0] != "prefixes"
+        kept = self._fixed if fixed else self._selections
+        found = kept.get(selector)
         if found is None:
-            if len(self._selections) >= _MAX_SELECTIONS:
-                self._selections.clear()
-            if selector[0] == "prefixes":
+            if fixed:
+                found = np.flatnonzero(_selected(selector, self))
+            else:
+                if len(kept) >= _MAX_SELECTIONS:
+                    del kept[next(iter(kept))]  # the oldest
                 _, rests, inner = selector
                 prefixed = [trie.tokens_with_prefix(rest) for rest in rests]
                 found = np.unique(np.concatenate([self.selected(inner, trie), *prefixed]))
-            else:
-                found = np.flatnonzero(_selected(selector, self))
-            self._selections[selector] = found
+            kept[selector] = found
         return found
 
     def having(self, found: np.ndarray) -> np.ndarray:
