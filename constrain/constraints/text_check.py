@@ -60,10 +60,12 @@ class TextChecked(MatcherWrapper):
         risky = self.text_check.risky(here)
         if risky is None or self.inner.finished():
             return packed
-        key = self.mask_key()
+        sensitive = self.text_check.select(risky, self.vocab)
+        if not len(sensitive):
+            return packed
+        key = self._shared_key()
         found = None if key is None else self.masks.get(key)
         if found is None:
-            sensitive = self.text_check.select(risky, self.vocab)
             allowed = bitmask.allowed_among(packed, sensitive)
             refused = self.text_check.refused(here, allowed, self.vocab)
             found = bitmask.without(packed, refused) if refused else packed
@@ -77,13 +79,16 @@ class TextChecked(MatcherWrapper):
     def mask_key(self) -> Hashable | None:
         """The inner key while the check cannot refuse anything; with risky tokens, the inner
         key and what the check's refusals depend on (None when that is this sequence alone)."""
-        here = self._here
-        risky = self.text_check.risky(here)
-        inner = self.inner.mask_key()
+        risky = self.text_check.risky(self._here)
         if risky is None or not len(self.text_check.select(risky, self.vocab)):
-            return inner
-        shared = self.text_check.state_key(here)
-        return None if shared is None or inner is None else ("text check", inner, shared)
+            return self.inner.mask_key()
+        return self._shared_key()
+
+    def _shared_key(self) -> Hashable | None:
+        """The key of a mask the check narrows: the inner key and the check's state key."""
+        shared = self.text_check.state_key(self._here)
+        inner = None if shared is None else self.inner.mask_key()
+        return None if inner is None else ("text check", inner, shared)
 
     # -- state changes ----------------------------------------------------------------------------
 

@@ -95,12 +95,13 @@ class _State:
     """Where the scanner is: mode, open containers (innermost last), the text of the key or
     string in progress, and the texts of the items in progress of unique arrays."""
 
-    __slots__ = ("mode", "frames", "text", "escaped", "captures", "risky")
+    __slots__ = ("mode", "frames", "text", "escaped", "captures", "risky", "key")
 
     def __init__(self, mode: int, frames: tuple, text: bytes, escaped: bool, captures: tuple):
         self.mode, self.frames, self.text = mode, frames, text
         self.escaped, self.captures = escaped, captures
         self.risky: frozenset[int] | None = None  # cache of JsonChecks.risky
+        self.key: bytes | None = None  # cache of JsonChecks.state_key
 
     def but(self, **changes) -> _State:
         state = _State(self.mode, self.frames, self.text, self.escaped, self.captures)
@@ -188,6 +189,8 @@ class JsonChecks:
         the key in progress and the keys of each open object), as bytes; None otherwise."""
         if self.root is not None or self.validates:
             return None
+        if state.key is not None:
+            return state.key
         parts = [bytes((state.mode, state.escaped)), len(state.text).to_bytes(4, "little")]
         parts.append(state.text)
         for f in state.frames:  # an object: its keys' length in bytes, then its keys
@@ -196,7 +199,8 @@ class JsonChecks:
                 parts += (b"o", len(seen).to_bytes(4, "little"), seen)
             else:
                 parts.append(b"a")
-        return b"".join(parts)
+        state.key = b"".join(parts)
+        return state.key
 
     def with_engine(self, engine: str) -> JsonChecks:
         """This check with its token scans in `engine` (see `constrain.engine.engines`)."""
