@@ -12,6 +12,11 @@ admitted slice contributes its precomputed bitmask as it is (an OR of words); th
 as before, in a trie without the admitted slices. Only the rest (tokens holding quotes, escapes or newlines, usually a few percent of the
 vocabulary) is walked in string states, so those masks cost an array copy, not a walk.
 
+The native core also takes the plain-text slices (the *text family*) together: by length in
+characters where a state keeps every text string up to some length live and none longer (a
+short bounded string), and whole below a first character after which every text string is
+live (native/masks.hpp, native/trie.hpp).
+
 The partition is computed per vocabulary and cached (weakly) by `slices_of`.
 """
 
