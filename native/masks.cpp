@@ -110,7 +110,8 @@ MaskFiller::MaskFiller(std::shared_ptr<CFGCore> core, std::shared_ptr<const Slic
     for (size_t i = 0; i < slices_->languages.size(); ++i) order_.push_back(int(i));
     std::stable_sort(order_.begin(), order_.end(), [this](int a, int b) {
         return slices_->within[size_t(a)].size() < slices_->within[size_t(b)].size();
-    });    const int text = slices_->text_language();
+    });
+    const int text = slices_->text_language();
     if (text >= 0) {
         text_below_.slices = slices_->text_slices;
         text_below_.admitted_after = [this, text](int32_t q) {
@@ -339,7 +340,8 @@ void fill_batch(std::vector<FillJob>& jobs, int threads) {
         }
     };
     std::vector<std::thread> pool;
-    const size_t helpers = std::min(groups.size(), size_t(std::max(threads, 1))) - (groups.empty() ? 0 : 1);
+    const size_t helpers =
+        std::min(groups.size(), size_t(std::max(threads, 1))) - (groups.empty() ? 0 : 1);
     for (size_t i = 0; i < helpers; ++i) pool.emplace_back(work);
     work();
     for (std::thread& t : pool) t.join();

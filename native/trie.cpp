@@ -69,7 +69,9 @@ void add_tokens(const Trie& trie, int64_t node, std::vector<int32_t>& out,
 }
 
 // Bytes in a UTF-8 character, by its first byte (1 for a stray continuation byte).
-int character_length(uint8_t lead) { return lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4; }
+int character_length(uint8_t lead) {
+    return lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+}
 
 }  // namespace
 
