@@ -200,9 +200,24 @@ TokenTexts token_texts_from(const py::list& texts) {
     return out;
 }
 
+// The value of a key's text that needs no JSON decoding (no escape, no control byte): its UTF-8
+// decoded as json.loads decodes bytes ("surrogatepass"; None when that fails); a null object
+// when the text needs `loads`.
+py::object plain_key_value(const std::string& text) {
+    for (unsigned char c : text)
+        if (c == '\\' || c < 0x20) return py::object();
+    PyObject* value = PyUnicode_DecodeUTF8(text.data(), Py_ssize_t(text.size()), "surrogatepass");
+    if (value == nullptr) {
+        PyErr_Clear();
+        return py::none();
+    }
+    return py::reinterpret_steal<py::object>(value);
+}
+
 // The tokens among `tokens` that complete a repeated key when read from a scanner state
-// (see json_keys.hpp). Keys are compared as the Python check compares them: `loads` (json.loads)
-// of the key's text against the `seen` frozenset of each of the caller's object frames.
+// (see json_keys.hpp). Keys are compared as the Python check compares them: `loads` of the key's
+// quoted text (None: not a JSON string, which repeats nothing) against the `seen` frozenset of
+// each of the caller's object frames.
 py::array_t<int64_t> json_key_refusals(const TokenTexts& texts, const Array<int64_t>& tokens,
                                        int mode, bool escaped, const py::bytes& key,
                                        const py::list& frames, const py::object& loads) {
@@ -221,13 +236,22 @@ py::array_t<int64_t> json_key_refusals(const TokenTexts& texts, const Array<int6
     base.next_id = int64_t(seen.size());
     const int64_t n_tokens = int64_t(texts.offsets.size()) - 1;
     std::vector<int64_t> refused;
+    // key text -> its value: tokens that complete the same key (`",`, `":`, `"}`) parse it once
+    std::unordered_map<std::string, py::object> values;
     for (py::ssize_t k = 0; k < tokens.size(); ++k) {
         int64_t t = tokens.data()[k];
         if (t < 0 || t >= n_tokens) throw py::index_error("token id out of range");
         KeyScan scan = base;
         std::unordered_map<int64_t, py::set> added;  // keys completed inside this token
         auto repeats = [&](int64_t frame, const std::string& text) {
-            py::object parsed = loads(py::bytes("\"" + text + "\""));
+            auto known = values.find(text);
+            if (known == values.end()) {
+                py::object value = plain_key_value(text);
+                if (!value) value = loads(py::bytes("\"" + text + "\""));
+                known = values.emplace(text, std::move(value)).first;
+            }
+            const py::object& parsed = known->second;
+            if (parsed.is_none()) return false;
             if (size_t(frame) < seen.size() && !seen[size_t(frame)].is_none()) {
                 int found = PySet_Contains(seen[size_t(frame)].ptr(), parsed.ptr());
                 if (found < 0) throw py::error_already_set();

@@ -17,6 +17,7 @@ from contract import accepts_text, assert_mask_matches_checks
 
 import constrain as cn
 from constrain.constraints.text_check import CHECKPOINT_EVERY
+from constrain.engine.vocab import Vocabulary
 from constrain.errors import GrammarError, UnsupportedSchemaError
 
 
@@ -777,6 +778,36 @@ def test_text_check_reads_escapes_across_every_token_split(text, duplicate):
             assert (state is None) == duplicate, (text[:i], text[i:j], text[j:])
 
 
+@pytest.mark.parametrize(
+    "earlier",
+    [
+        b"caf\xc3\xa9",  # UTF-8 text, no escape: decoded natively
+        b"caf\\u00e9",  # the same key escaped: decoded by json.loads
+        b"\xed\xa0\x80",  # a lone surrogate's bytes: json.loads passes them
+        b"\xc3",  # not UTF-8: no key, so nothing repeats it
+        b"tab\\t",
+    ],
+)
+def test_native_key_refusals_are_the_feeds_refusals(earlier):
+    """The native scan decodes a plain key itself (escapes through `json.loads`): it refuses
+    exactly the tokens `feed` refuses, over keys spelled every way and keys that are not
+    JSON, with tokens the grammar would refuse among them."""
+    from constrain.jsonschema.checks import JsonChecks
+
+    pieces = [earlier, b"caf\xc3\xa9", b"caf\\u00e9", b"\xed\xa0\x80", b"\xc3", b"tab\t"]
+    texts = [b"x"] + [
+        p + end for p in pieces for end in (b'"', b'":', b'":1,"', b'":1,"' + p + b'"')
+    ]
+    vocab = Vocabulary(texts, eos_ids=[0])
+    tokens = np.arange(1, len(texts))
+    reference = JsonChecks(None, engine="python")
+    for written in (b'{"' + earlier + b'":1,"', b'{"' + earlier + b'":{"a":1},"'):
+        state = reference.feed(reference.start, written)
+        expected = [t for t in tokens.tolist() if reference.feed(state, texts[t]) is None]
+        assert expected  # the test reaches repeated keys
+        assert JsonChecks(None, engine="native").refused(state, tokens, vocab) == expected
+
+
 def test_text_check_state_keys_are_equal_exactly_when_the_open_keys_are():
     """The key under which masks are shared names the mode, the key in progress and each open
     object's keys regardless of their order, and is bytes: mask caches hold nothing the
@@ -984,6 +1015,9 @@ def test_vectorised_selection_is_selects(any_vocab):
         ("exit", closers | ws),
         ("either", ("exit", closers), ("ends", frozenset(b"\\"))),
         ("prefixes", (b"ab", b'c"'), ("exit", closers)),
+        ("prefixes", (b"",), ("quotes", 4)),  # a key written whole: every token
+        ("prefixes", (b"\xff", b"a\xff\xff", b"\xe2\x80"), ("quotes", 4)),
+        ("prefixes", (b"the", b"th", b"zqzqzqzq"), ("quotes", 4)),
     ]
     texts = [any_vocab.token_bytes(t) or b"" for t in range(any_vocab.size)]
     for selector in selectors:

@@ -29,6 +29,7 @@ __all__ = ["Constraint"]
 
 _DEVICE_MASKS_KEPT = 256  # masks kept on devices (least recently used out)
 _CHECKED_MASKS_KEPT = 2**16  # masks narrowed by a text check
+_CHECK_REFUSALS_KEPT = 2**12  # a text check's refused tokens, by its state key
 _FORCED_CHOICES_KEPT = 4096  # forced texts whose tokenization by a model is remembered
 
 
@@ -56,6 +57,8 @@ class Constraint:
         self.checked_masks: BoundedCache[Hashable, np.ndarray] = BoundedCache(
             _CHECKED_MASKS_KEPT, max_bytes=max_cache_bytes // 4, size=lambda mask: mask.nbytes
         )
+        # the tokens a text check refuses, by its state key (`TextChecked`)
+        self.check_refusals: BoundedCache[bytes, np.ndarray] = BoundedCache(_CHECK_REFUSALS_KEPT)
         # (model name, forced text) -> the token the model chose for it (speculative drafts
         # follow the model's own tokenization of forced text, learnt across generations)
         self.forced_choices: BoundedCache[tuple[str, bytes], int] = BoundedCache(
@@ -71,7 +74,9 @@ class Constraint:
         """
         matcher: TokenMatcher = self.token_automaton.start()
         if self.grammar.check is not None:
-            matcher = TextChecked(matcher, self.grammar.check, self.vocab, self.checked_masks)
+            matcher = TextChecked(
+                matcher, self.grammar.check, self.vocab, self.checked_masks, self.check_refusals
+            )
         if max_tokens is not None:
             matcher = Budgeted(matcher, self.plans, max_tokens)
         return matcher

@@ -36,15 +36,21 @@ CHECKPOINT_EVERY = 16  # tokens between the check states a sequence keeps
 class TextChecked(MatcherWrapper):
     """`inner` with `text_check` applied to its text (see the module docstring)."""
 
-    __slots__ = ("text_check", "vocab", "masks", "_here", "_checkpoints", "_tokens")
+    __slots__ = ("text_check", "vocab", "masks", "refusals", "_here", "_checkpoints", "_tokens")
 
     def __init__(
-        self, inner: TokenMatcher, text_check: TextCheck, vocab: Vocabulary, masks: BoundedCache
+        self,
+        inner: TokenMatcher,
+        text_check: TextCheck,
+        vocab: Vocabulary,
+        masks: BoundedCache[Hashable, np.ndarray],
+        refusals: BoundedCache[bytes, np.ndarray],
     ):
         super().__init__(inner)
         self.text_check = text_check
         self.vocab = vocab
         self.masks = masks  # narrowed bitmasks by `mask_key`: the constraint's, shared
+        self.refusals = refusals  # refused tokens by the check's state key: shared too
         self._here = text_check.start  # the check's state after every token so far
         self._checkpoints = [text_check.start]  # after 0, CHECKPOINT_EVERY, 2 x ... tokens
         self._tokens = array("q")  # every token so far
@@ -56,39 +62,58 @@ class TextChecked(MatcherWrapper):
 
     def bitmask(self) -> np.ndarray:
         packed = self.inner.bitmask()
+        if self.inner.finished():
+            return packed
         here = self._here
-        risky = self.text_check.risky(here)
-        if risky is None or self.inner.finished():
-            return packed
-        sensitive = self.text_check.select(risky, self.vocab)
-        if not len(sensitive):
-            return packed
-        key = self._shared_key()
-        found = None if key is None else self.masks.get(key)
-        if found is None:
+        shared = self.text_check.state_key(here)
+        if shared is None:  # the refusals depend on this sequence alone: scan what is allowed
+            risky = self.text_check.risky(here)
+            if risky is None:
+                return packed
+            sensitive = self.text_check.select(risky, self.vocab)
             allowed = bitmask.allowed_among(packed, sensitive)
             refused = self.text_check.refused(here, allowed, self.vocab)
-            found = bitmask.without(packed, refused) if refused else packed
-            if key is not None:
-                self.masks[key] = found
+            return bitmask.without(packed, refused) if refused else packed
+        refused = self._refusals(here, shared)
+        if not len(refused) or not len(bitmask.allowed_among(packed, refused)):
+            return packed
+        key = ("text check", self.inner.mask_key(), shared)
+        found = self.masks.get(key)
+        if found is None:
+            found = self.masks[key] = bitmask.without(packed, refused)
         return found
 
     def mask(self) -> np.ndarray:
         return bitmask.unpack(self.bitmask(), self.vocab.size)
 
     def mask_key(self) -> Hashable | None:
-        """The inner key while the check cannot refuse anything; with risky tokens, the inner
-        key and what the check's refusals depend on (None when that is this sequence alone)."""
-        risky = self.text_check.risky(self._here)
-        if risky is None or not len(self.text_check.select(risky, self.vocab)):
+        """The inner key while the check refuses nothing here; otherwise the inner key and
+        what the check's refusals depend on (None when that is this sequence alone)."""
+        here = self._here
+        shared = self.text_check.state_key(here)
+        if shared is None:
+            risky = self.text_check.risky(here)
+            if risky is None or not len(self.text_check.select(risky, self.vocab)):
+                return self.inner.mask_key()
+            return None
+        if not len(self._refusals(here, shared)):
             return self.inner.mask_key()
-        return self._shared_key()
-
-    def _shared_key(self) -> Hashable | None:
-        """The key of a mask the check narrows: the inner key and the check's state key."""
-        shared = self.text_check.state_key(self._here)
-        inner = None if shared is None else self.inner.mask_key()
+        inner = self.inner.mask_key()
         return None if inner is None else ("text check", inner, shared)
+
+    def _refusals(self, here, shared: bytes) -> np.ndarray:
+        """Every token the check refuses at `here`, allowed by the grammar or not (int64 ids),
+        kept by the check's state key: sequences and positions that share it share them."""
+        refused = self.refusals.get(shared)
+        if refused is None:
+            risky = self.text_check.risky(here)
+            found = []
+            if risky is not None:
+                sensitive = self.text_check.select(risky, self.vocab)
+                if len(sensitive):
+                    found = self.text_check.refused(here, sensitive, self.vocab)
+            refused = self.refusals[shared] = np.array(found, dtype=np.int64)
+        return refused
 
     # -- state changes ----------------------------------------------------------------------------
 
@@ -119,7 +144,9 @@ class TextChecked(MatcherWrapper):
         self._here = here
 
     def fork(self) -> TextChecked:
-        twin = TextChecked(self.inner.fork(), self.text_check, self.vocab, self.masks)
+        twin = TextChecked(
+            self.inner.fork(), self.text_check, self.vocab, self.masks, self.refusals
+        )
         twin._here, twin._checkpoints = self._here, list(self._checkpoints)
         twin._tokens = array("q", self._tokens)
         return twin

@@ -112,11 +112,13 @@ class TextCheck(Protocol):
         remembered per vocabulary)."""
 
     def refused(self, state: Hashable, tokens: np.ndarray, vocab: Vocabulary) -> list[int]:
-        """The tokens of `tokens` whose bytes `feed` refuses from `state`, all at once."""
+        """The tokens of `tokens` whose bytes `feed` refuses from `state`, all at once. They
+        may include tokens the grammar refuses (a refusal shared by a state key is asked of
+        every selected token), which must not raise."""
 
     def state_key(self, state: Hashable) -> Hashable | None:
-        """What `refused` depends on at `state`, to share its answers between states (None:
-        nothing to share)."""
+        """What `refused` and `risky` depend on at `state`, to share their answers between
+        states and sequences (None: nothing to share)."""
 
     def with_engine(self, engine: str) -> TextCheck:
         """The same check with its token scans in `engine`."""

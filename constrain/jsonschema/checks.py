@@ -20,6 +20,7 @@ array of two booleans that must hold three unique items). The sampler then repor
 
 from __future__ import annotations
 
+import bisect
 import json
 from decimal import Decimal
 
@@ -174,7 +175,7 @@ class JsonChecks:
                 state.escaped,
                 state.text,
                 frames,
-                json.loads,
+                _string_value,
             )
             return found.tolist()
         out = []
@@ -277,7 +278,7 @@ class JsonChecks:
     def select(self, selector, vocab: Vocabulary) -> np.ndarray:
         """Ids of the text tokens `selector` selects: `selects` over the whole vocabulary at
         once, on its bytes laid end to end (a ``"prefixes"`` selector reads the trie)."""
-        return _byte_table(vocab).selected(selector, vocab.trie)
+        return _byte_table(vocab).selected(selector)
 
     # -- scanning -------------------------------------------------------------------------------
 
@@ -376,7 +377,9 @@ class JsonChecks:
 
     def _key_done(self, state: _State, text: bytes) -> _State | None:
         top = state.frames[-1]
-        key = json.loads(b'"' + text + b'"')
+        key = _string_value(b'"' + text + b'"')
+        if key is None:  # not a JSON string: only a token the grammar refuses writes it
+            return state.but(mode=_COLON)
         if key in top.seen:
             return None
         frame = _Object(top.shapes, top.seen | {key}, key)
@@ -440,20 +443,23 @@ class _ByteTable:
         self.quotes = np.bincount(self.token[quote], minlength=vocab.size)
         self._starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])  # each token's first byte
         self.after_quote = self.after(quote)
+        # the tokens with bytes in byte order (the trie's depth-first order), and their bytes
+        self._sorted_ids = vocab.trie.tokens
+        self._sorted_texts = [texts[t] for t in self._sorted_ids.tolist()]
         self._selections: dict = {}  # "prefixes" selector -> token ids
         self._fixed: dict = {}  # any other selector -> token ids
         for selector in _COMMON_SELECTORS:
-            self.selected(selector, None)
+            self.selected(selector)
 
     def after(self, found: np.ndarray) -> np.ndarray:
         """Per byte: some earlier byte of its own token is `found` (a bool per byte)."""
         seen = np.concatenate([[0], np.cumsum(found)])  # found bytes before each byte offset
         return seen[:-1] - seen[self._starts][self.token] > 0
 
-    def selected(self, selector, trie) -> np.ndarray:
+    def selected(self, selector) -> np.ndarray:
         """Ids of the tokens `selector` selects, remembered: the few selectors that do not
         name keys for good (the common ones built with the table), a ``"prefixes"`` selector
-        (which reads the token `trie` for its rests) among the latest `_MAX_SELECTIONS`."""
+        among the latest `_MAX_SELECTIONS`."""
         fixed = selector[0] != "prefixes"
         kept = self._fixed if fixed else self._selections
         found = kept.get(selector)
@@ -464,10 +470,21 @@ class _ByteTable:
                 if len(kept) >= _MAX_SELECTIONS:
                     del kept[next(iter(kept))]  # the oldest
                 _, rests, inner = selector
-                prefixed = [trie.tokens_with_prefix(rest) for rest in rests]
-                found = np.unique(np.concatenate([self.selected(inner, trie), *prefixed]))
+                prefixed = [self.with_prefix(rest) for rest in rests]
+                found = np.unique(np.concatenate([self.selected(inner), *prefixed]))
             kept[selector] = found
         return found
+
+    def with_prefix(self, data: bytes) -> np.ndarray:
+        """Ids of the tokens whose bytes start with `data` (every token for b""), by bisection."""
+        lo = bisect.bisect_left(self._sorted_texts, data)
+        end = data.rstrip(b"\xff")  # the least bytes after every text starting with `data`
+        if end:
+            after = end[:-1] + bytes((end[-1] + 1,))
+            hi = bisect.bisect_left(self._sorted_texts, after, lo)
+        else:
+            hi = len(self._sorted_texts)
+        return self._sorted_ids[lo:hi]
 
     def having(self, found: np.ndarray) -> np.ndarray:
         """Per token: some of its bytes are `found` (a bool per byte)."""
@@ -510,6 +527,15 @@ def _token_texts(vocab: Vocabulary):
         ("native token texts",),
         lambda: TokenTexts(list(vocab.texts)),
     )
+
+
+def _string_value(quoted: bytes) -> str | None:
+    """The string a JSON string's text (quotes included) spells, or None when it is not one:
+    masks scan tokens the grammar refuses too, and those may write a key that is not."""
+    try:
+        return json.loads(quoted)
+    except ValueError:
+        return None
 
 
 def _completes(data: bytes) -> bool:
