@@ -115,7 +115,7 @@ bool CFGCore::step(NodeRef& node, int32_t& s, const uint8_t* data, size_t n, Met
 }
 
 bool CFGCore::admits(const NodeRef& node, int32_t s, const DFATable& language, int32_t start,
-                     size_t max_pairs, Meter& meter) {
+                     size_t max_pairs, Meter& meter, const std::vector<uint8_t>& bytes) {
     struct Pair {
         int32_t r;
         NodeRef node;
@@ -132,16 +132,17 @@ bool CFGCore::admits(const NodeRef& node, int32_t s, const DFATable& language, i
         meter.burn(1);
         const int32_t* row = language.next.data() + size_t(here.r) * 256;
         // bytes of one lexer class, language state and lexeme ending step alike
-        std::set<std::tuple<int32_t, int32_t, bool>> stepped;
+        std::vector<std::tuple<int32_t, int32_t, bool>> stepped;
         const int32_t tag = lexer_->tag(here.s);
-        for (int b = 0; b < 256; ++b) {
-            const int32_t r = row[b];
+        for (const uint8_t byte : bytes) {
+            const int32_t r = row[byte];
             if (!r) continue;
-            const bool ends = tag && lexer_->can_end(tag, uint8_t(b));
-            if (!stepped.emplace(classes[size_t(b)], r, ends).second) continue;
+            const bool ends = tag && lexer_->can_end(tag, byte);
+            const auto alike = std::make_tuple(classes[byte], r, ends);
+            if (std::find(stepped.begin(), stepped.end(), alike) != stepped.end()) continue;
+            stepped.push_back(alike);
             NodeRef after = here.node;
             int32_t t = here.s;
-            const auto byte = uint8_t(b);
             if (!step(after, t, &byte, 1, meter)) return false;
             if (seen.emplace(r, after->serial, t).second) stack.push_back({r, std::move(after), t});
             if (max_pairs && seen.size() > max_pairs) return false;

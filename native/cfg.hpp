@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "admits.hpp"
 #include "earley.hpp"
 #include "lexer.hpp"
 #include "trie.hpp"
@@ -76,9 +77,10 @@ public:
     // Whether every string of `language` (and each prefix) read from (node, s) keeps it live
     // as `step` reads it, lexemes ending and the parser moving on inside the strings: a slice
     // the lexer state alone cannot admit because its strings run past a lexeme's end (inside
-    // a long string counted in chunks). Past `max_pairs` pairs: false, "not shown".
+    // a long string counted in chunks). Past `max_pairs` pairs: false, "not shown". `bytes`
+    // stands for all 256 as in constrain::admits.
     bool admits(const NodeRef& node, int32_t s, const DFATable& language, int32_t start,
-                size_t max_pairs, Meter& meter);
+                size_t max_pairs, Meter& meter, const std::vector<uint8_t>& bytes = every_byte());
     // The tokens of `trie` that `filter` keeps and whose bytes keep (node, s) live, given to
     // `found` a piece at a time (a token may come twice); `cache` holds the pieces of this
     // trie, keyed by the filter's combination; `text` as walk_lexer takes it.

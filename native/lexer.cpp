@@ -1,6 +1,7 @@
 #include "lexer.hpp"
 
 #include <algorithm>
+#include <map>
 
 namespace constrain {
 
@@ -15,6 +16,14 @@ Lexer::Lexer(std::array<int32_t, 256> classes, int n_joint, std::vector<LexemeDF
     tag_sets_.emplace_back();
     tag_index_.emplace(std::vector<int>{}, 0);
     can_end_.assign(256, 0);  // tag 0 never ends
+    std::map<std::vector<uint8_t>, int32_t> column_class;  // the keywords' blocked flags
+    for (int b = 0; b < 256; ++b) {
+        std::vector<uint8_t> column;
+        for (const LexemeDFA& dfa : lexemes_)
+            if (!dfa.owners.empty()) column.push_back(dfa.blocked[size_t(b)]);
+        end_classes_[size_t(b)] = column_class.emplace(column, int32_t(column_class.size()))
+                                      .first->second;
+    }
 }
 
 int32_t Lexer::start_of(const std::vector<int>& lexemes) {

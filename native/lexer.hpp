@@ -84,6 +84,9 @@ public:
     }
     int32_t tag(int32_t state) const { return tag_[state]; }
     bool can_end(int32_t tag, uint8_t b) const { return can_end_[size_t(tag) * 256 + b]; }
+    // Bytes of one end class are alike to `can_end` under every tag (the keywords' blocked
+    // bytes tell them apart).
+    int32_t end_class(uint8_t b) const { return end_classes_[b]; }
 
     size_t n_states() const { return combos_.size(); }
     size_t n_lexemes() const { return lexemes_.size(); }
@@ -115,6 +118,7 @@ private:
     std::vector<std::vector<int>> tag_sets_;
     std::map<std::vector<int>, int32_t> tag_index_;
     std::vector<uint8_t> can_end_;  // n_tags x 256
+    std::array<int32_t, 256> end_classes_{};
     std::map<std::vector<int>, int32_t> starts_;
     mutable std::mutex mutex_;
 };

@@ -34,6 +34,17 @@ void Slices::validate_and_index() {
         require(bitmasks[i].size() == n_words, "a slice bitmask has the vocabulary's words");
         for (int j : within[i]) require(j >= 0 && size_t(j) < n, "a slice holder out of range");
     }
+    language_classes_.assign(n * 256, 0);
+    for (size_t i = 0; i < n; ++i) {
+        std::map<std::vector<int32_t>, int32_t> column_class;
+        for (int b = 0; b < 256; ++b) {
+            std::vector<int32_t> column(size_t(languages[i].n_states));
+            for (size_t r = 0; r < column.size(); ++r)
+                column[r] = languages[i].next[r * 256 + size_t(b)];
+            language_classes_[i * 256 + size_t(b)] =
+                column_class.emplace(std::move(column), int32_t(column_class.size())).first->second;
+        }
+    }
     require(trie != nullptr, "the vocabulary's trie is required");
     for (int64_t t : trie->tokens)
         require(t < int64_t(n_words) * 32, "a trie token is outside the vocabulary");
@@ -100,6 +111,7 @@ MaskFiller::MaskFiller(std::shared_ptr<CFGCore> core, std::shared_ptr<const Slic
       eos_(std::move(eos)),
       max_pairs_(max_pairs),
       pieces_(max_piece_entries, max_piece_bytes) {
+    representatives_.resize(slices_->languages.size());
     const auto bits = int64_t(slices_->n_words) * 32;
     for (const auto& [lexeme, token] : specials_)
         if (lexeme < 0 || size_t(lexeme) >= core_->lexer().n_lexemes() || token < 0 ||
@@ -118,6 +130,20 @@ MaskFiller::MaskFiller(std::shared_ptr<CFGCore> core, std::shared_ptr<const Slic
             return bool(decided(q).admitted >> text & 1);
         };
     }
+}
+
+const std::vector<uint8_t>& MaskFiller::representatives(int slice) {
+    std::vector<uint8_t>& found = representatives_[size_t(slice)];
+    if (!found.empty()) return found;
+    const Lexer& lexer = core_->lexer();
+    std::map<std::tuple<int32_t, int32_t, int32_t>, uint8_t> groups;
+    for (int b = 0; b < 256; ++b) {
+        const auto byte = uint8_t(b);
+        auto group = std::make_tuple(lexer.classes()[byte], lexer.end_class(byte),
+                                     slices_->language_class(slice, byte));
+        if (groups.emplace(group, byte).second) found.push_back(byte);
+    }
+    return found;
 }
 
 bool MaskFiller::admits(int32_t s, int slice) {
@@ -140,14 +166,14 @@ bool MaskFiller::admits(int32_t s, int slice) {
                                   [&](int32_t q, uint8_t b) {
                                       return dfa.next(q, dfa.own_of_joint[size_t(classes[b])]);
                                   },
-                                  at, language, start, max_pairs_);
+                                  at, language, start, max_pairs_, representatives(slice));
             lexeme_admits_.emplace(key, ok);
         }
         if (ok) return true;
     }
     if (alive.size() <= 1) return false;
     return constrain::admits([&](int32_t q, uint8_t b) { return lexer.next(q, b); }, s, language,
-                             start, max_pairs_);
+                             start, max_pairs_, representatives(slice));
 }
 
 uint32_t MaskFiller::decide(std::vector<int8_t> known,
@@ -189,6 +215,7 @@ int MaskFiller::text_length(int32_t s) {
     Lexer& lexer = core_->lexer();
     const int language = slices_->text_language();
     const DFATable& text = slices_->languages[size_t(language)];
+    const std::vector<uint8_t>& bytes = representatives(language);
     using Pair = std::pair<int32_t, int32_t>;  // (text language state, lexer state)
     std::vector<Pair> level{{slices_->starts[size_t(language)], s}}, next_level, inside;
     int live_up_to = -1;  // the longest length whose every text string is live, once known
@@ -200,12 +227,12 @@ int MaskFiller::text_length(int32_t s) {
             inside.pop_back();
             const int32_t tag = lexer.tag(q);
             const int32_t* row = text.next.data() + size_t(r) * 256;
-            for (int b = 0; b < 256; ++b) {
+            for (uint8_t b : bytes) {
                 const int32_t r2 = row[b];
                 if (!r2) continue;
-                const int32_t q2 = lexer.next(q, uint8_t(b));
+                const int32_t q2 = lexer.next(q, b);
                 if (!q2) {
-                    if (tag && lexer.can_end(tag, uint8_t(b))) return -1;  // not by length
+                    if (tag && lexer.can_end(tag, b)) return -1;  // not by length
                     if (live_up_to < 0) live_up_to = length - 1;
                     continue;
                 }
@@ -229,7 +256,8 @@ bool MaskFiller::ends_inside(int32_t s, int slice) {
     Lexer& lexer = core_->lexer();
     const DFATable& language = slices_->languages[size_t(slice)];
     const int32_t start = slices_->starts[size_t(slice)];
-    std::unordered_set<uint64_t> seen{(uint64_t(uint32_t(start)) << 32) | uint32_t(s)};
+    const std::vector<uint8_t>& bytes = representatives(slice);
+    PairSet seen(start, s);
     std::vector<std::pair<int32_t, int32_t>> stack{{start, s}};
     bool ends = false;
     while (!stack.empty() && !ends && seen.size() <= kAcrossPairs) {
@@ -237,15 +265,15 @@ bool MaskFiller::ends_inside(int32_t s, int slice) {
         stack.pop_back();
         const int32_t tag = lexer.tag(q);
         const int32_t* row = language.next.data() + size_t(r) * 256;
-        for (int b = 0; b < 256 && !ends; ++b) {
+        for (size_t k = 0; k < bytes.size() && !ends; ++k) {
+            const uint8_t b = bytes[k];
             if (!row[b]) continue;
-            const int32_t q2 = lexer.next(q, uint8_t(b));
+            const int32_t q2 = lexer.next(q, b);
             if (!q2) {
-                ends = tag && lexer.can_end(tag, uint8_t(b));
+                ends = tag && lexer.can_end(tag, b);
                 continue;
             }
-            const uint64_t pair = (uint64_t(uint32_t(row[b])) << 32) | uint32_t(q2);
-            if (seen.insert(pair).second) stack.emplace_back(row[b], q2);
+            if (seen.insert(row[b], q2)) stack.emplace_back(row[b], q2);
         }
     }
     ends_inside_.emplace(key, ends);
@@ -271,7 +299,7 @@ SliceDecision MaskFiller::decided(const NodeRef& node, int32_t s, Meter& meter) 
     decision.admitted = decide(std::move(known), [&](int i) -> int8_t {
         if (slices_->empty(i) || slices_->infinite[size_t(i)] || !ends_inside(s, i)) return -1;
         return core_->admits(node, s, slices_->languages[size_t(i)], slices_->starts[size_t(i)],
-                             kAcrossPairs, meter);
+                             kAcrossPairs, meter, representatives(i));
     });
     if (across_.size() >= kAcrossKept) across_.clear();
     across_.emplace(key, decision.admitted);

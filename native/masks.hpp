@@ -49,6 +49,10 @@ struct Slices {
     int text_language() const { return text_language_; }  // the infinite text slice, or -1
     // Per state of the text language: it is inside a character (a continuation byte may follow).
     bool inside_character(int32_t r) const { return inside_character_[size_t(r)]; }
+    // Bytes of one class lead every state of the slice's language to the same state.
+    int32_t language_class(int slice, uint8_t b) const {
+        return language_classes_[size_t(slice) * 256 + b];
+    }
 
 private:
     std::vector<uint32_t> token_bits_;  // per token id: its slice bit (SliceFilter::kNoSlice)
@@ -56,6 +60,7 @@ private:
     std::vector<uint32_t> text_up_to_;                 // kMaxTextLength x n_words
     int text_language_ = -1;
     std::vector<uint8_t> inside_character_;
+    std::vector<int32_t> language_classes_;  // n slices x 256
 };
 
 // What the slices come to at a state: those admitted whole and, when `text_length` >= 0, the
@@ -90,6 +95,10 @@ private:
     // none up to kMaxTextLength (searched one character at a time over the text language).
     int text_length(int32_t s);
     bool admits(int32_t s, int slice);
+    // One byte per group of bytes that the slice's language, the lexer's classes and what
+    // ends its lexemes all treat alike: a search over (slice state, lexer state) pairs reads
+    // these alone and finds what it would find reading all 256.
+    const std::vector<uint8_t>& representatives(int slice);
     // Whether a string of the slice read from lexer state `s` may end the lexeme in progress
     // (where the lexer alone refuses it, the automaton may admit it across the end).
     bool ends_inside(int32_t s, int slice);
@@ -106,6 +115,7 @@ private:
     std::map<std::tuple<int32_t, int32_t, int>, bool> lexeme_admits_;  // (lexeme, at, slice)
     std::map<std::pair<uint64_t, int32_t>, uint32_t> across_;  // per (node serial, state)
     std::map<std::pair<int32_t, int>, bool> ends_inside_;        // per (state, slice)
+    std::vector<std::vector<uint8_t>> representatives_;           // per slice, once read
     PieceCache pieces_;
 };
 
