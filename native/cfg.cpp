@@ -45,7 +45,8 @@ void PieceCache::put(const PieceKey& key, std::shared_ptr<const Piece> piece) {
 }
 
 size_t piece_bytes(const Piece& piece) {
-    size_t out = 64 + piece.tokens.size() * sizeof(int32_t);
+    size_t out = 64 + piece.tokens.size() * sizeof(int32_t) +
+                 piece.runs.size() * sizeof(std::pair<int64_t, int64_t>);
     for (const auto& [tag, nodes] : piece.ends) out += 64 + nodes.size() * sizeof(int64_t);
     return out;
 }
@@ -153,7 +154,7 @@ bool CFGCore::admits(const NodeRef& node, int32_t s, const DFATable& language, i
 
 void CFGCore::walk(const NodeRef& node, int32_t s, const Trie& trie, const SliceFilter& filter,
                    PieceCache& cache, Meter& meter,
-                   const std::function<void(const std::vector<int32_t>&)>& found,
+                   const std::function<void(const Piece&)>& found,
                    const TextBelow* text) {
     struct Pending {
         NodeRef node;
@@ -174,13 +175,13 @@ void CFGCore::walk(const NodeRef& node, int32_t s, const Trie& trie, const Slice
             auto built = std::make_shared<Piece>(
                 walk_lexer(*lexer_, trie, here.key.state, starts, here.key.at_root, filter,
                            text));
-            size_t n_found = built->tokens.size();
+            size_t n_found = built->n_tokens();
             for (const auto& [tag, nodes] : built->ends) n_found += nodes.size();
             meter.burn(1 + int64_t(n_found) / kFoundPerUnit);
             piece = built;
             cache.put(here.key, piece);
         }
-        found(piece->tokens);
+        found(*piece);
         for (const auto& [tag, nodes] : piece->ends) {
             NodeRef after = end(here.node, tag, meter);
             if (!after) continue;

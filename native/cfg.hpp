@@ -58,7 +58,7 @@ private:
     size_t bytes_ = 0;
 };
 
-// What a piece holds, for its cache's byte bound (as cfg.py's `_piece_bytes` counts it).
+// What a piece holds in bytes, for its cache's bound.
 size_t piece_bytes(const Piece& piece);
 
 class CFGCore {
@@ -81,12 +81,13 @@ public:
     // stands for all 256 as in constrain::admits.
     bool admits(const NodeRef& node, int32_t s, const DFATable& language, int32_t start,
                 size_t max_pairs, Meter& meter, const std::vector<uint8_t>& bytes = every_byte());
-    // The tokens of `trie` that `filter` keeps and whose bytes keep (node, s) live, given to
-    // `found` a piece at a time (a token may come twice); `cache` holds the pieces of this
-    // trie, keyed by the filter's combination; `text` as walk_lexer takes it.
+    // The tokens of `trie` whose bytes keep (node, s) live, those `filter` keeps at least (a
+    // piece may hold tokens of the slices it skips), given to `found` a piece at a time (a
+    // token may come twice); `cache` holds the pieces of this trie, keyed by the filter's
+    // combination; `text` as walk_lexer takes it.
     void walk(const NodeRef& node, int32_t s, const Trie& trie, const SliceFilter& filter,
               PieceCache& cache, Meter& meter,
-              const std::function<void(const std::vector<int32_t>&)>& found,
+              const std::function<void(const Piece&)>& found,
               const TextBelow* text = nullptr);
 
 private:

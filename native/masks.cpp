@@ -333,8 +333,8 @@ bool MaskFiller::fill(const NodeRef& node, int32_t s, uint32_t* row, Meter& mete
         if ((decision.admitted & ~skipped_by_length) >> i & 1)
             add_words(slices_->bitmasks[i].data());
     core_->walk(node, started, *slices_->trie, slices_->filter(skipped), pieces_, meter,
-                [row](const std::vector<int32_t>& tokens) {
-                    for (int32_t t : tokens) set_bit(row, t);
+                [row, this](const Piece& piece) {
+                    piece.each_token(*slices_->trie, [row](int32_t t) { set_bit(row, t); });
                 },
                 text_below_.slices ? &text_below_ : nullptr);
     NodeRef after = after_lexeme(node, s, meter);

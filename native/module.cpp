@@ -563,9 +563,8 @@ void bind_cfg(py::module_& m) {
                 node_given(node);
                 lexer_state_given(c, s);
                 std::vector<int32_t> out;
-                c.walk(node, s, trie, SliceFilter{}, cache, meter,
-                       [&out](const std::vector<int32_t>& found) {
-                    out.insert(out.end(), found.begin(), found.end());
+                c.walk(node, s, trie, SliceFilter{}, cache, meter, [&](const Piece& found) {
+                    found.each_token(trie, [&out](int32_t t) { out.push_back(t); });
                 });
                 return to_array(std::move(out));
             },
@@ -721,7 +720,9 @@ PYBIND11_MODULE(native, m) {
                 py::list ends;
                 for (auto& [tag, nodes] : piece.ends)
                     ends.append(py::make_tuple(tag, to_array(std::move(nodes))));
-                return py::make_tuple(to_array(std::move(piece.tokens)), ends);
+                std::vector<int32_t> tokens;
+                piece.each_token(trie, [&tokens](int32_t t) { tokens.push_back(t); });
+                return py::make_tuple(to_array(std::move(tokens)), ends);
             },
             py::arg("trie"), py::arg("state"), py::arg("starts"), py::arg("end_at_start"))
         .def(

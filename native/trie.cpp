@@ -90,10 +90,20 @@ Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vecto
         int64_t node = root;
         int64_t text_taken_until = -1;  // node index where that subtree ends
         size_t first_character = 0;     // bytes of the first character on the path
+        int64_t run = -1;  // the token slot where the run of live nodes' tokens began
+        auto end_run = [&] {  // before the tokens of `node` and its subtree
+            const int64_t at = trie.token_start[size_t(node)];
+            if (run >= 0 && at > run) piece.runs.emplace_back(run, at);
+            run = -1;
+        };
+        auto skip_subtree = [&] {
+            end_run();
+            node = trie.subtree_end[size_t(node)];
+        };
         while (node < end) {
             const SliceFilter& here = node < text_taken_until ? without_text : filter;
             if (!here.keeps_node(node)) {  // only tokens of admitted slices below
-                node = trie.subtree_end[size_t(node)];
+                skip_subtree();
                 continue;
             }
             const size_t d = size_t(trie.depth[size_t(node)] - base);
@@ -105,7 +115,7 @@ Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vecto
                     int32_t tag = lexer.tag(before);
                     if (tag && lexer.can_end(tag, b)) piece.ends[tag].push_back(node);
                 }
-                node = trie.subtree_end[size_t(node)];
+                skip_subtree();
                 continue;
             }
             if (d == 0) first_character = size_t(character_length(b));
@@ -119,11 +129,13 @@ Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vecto
                         piece.tokens.push_back(int32_t(trie.tokens[size_t(k)]));
                 text_taken_until = subtree_end;
             }
-            add_tokens(trie, node, piece.tokens, node < text_taken_until ? without_text : filter);
+            // the node's tokens: all of them, those of admitted slices too (allowed anyway)
+            if (run < 0) run = trie.token_start[size_t(node)];
             if (below.size() <= d + 1) below.resize(d + 2);
             below[d + 1] = after;
             ++node;
         }
+        end_run();  // node == end
     }
     return piece;
 }
@@ -148,6 +160,12 @@ std::vector<int32_t> walk_dfa(const Trie& trie, const int32_t* table, int64_t n_
         ++node;
     }
     return out;
+}
+
+size_t Piece::n_tokens() const {
+    size_t n = tokens.size();
+    for (const auto& [begin, end] : runs) n += size_t(end - begin);
+    return n;
 }
 
 }  // namespace constrain

@@ -42,9 +42,20 @@ struct SliceFilter {
 
 // What a walk inside the lexemes in progress found: the tokens read wholly inside them, and
 // per tag the trie nodes whose byte ended a lexeme of that tag (a new lexeme starts there).
+// The tokens of nodes read one after another are runs of the trie's token slots, [begin, end)
+// of `Trie::tokens` (kept as runs: a walk over most of a large vocabulary finds few); `tokens`
+// holds the ones taken one by one.
 struct Piece {
+    std::vector<std::pair<int64_t, int64_t>> runs;
     std::vector<int32_t> tokens;
     std::map<int32_t, std::vector<int64_t>> ends;
+    size_t n_tokens() const;  // in the runs and `tokens`
+    template <typename Visit>
+    void each_token(const Trie& trie, Visit&& visit) const {
+        for (const auto& [begin, end] : runs)
+            for (int64_t k = begin; k < end; ++k) visit(int32_t(trie.tokens[size_t(k)]));
+        for (int32_t t : tokens) visit(t);
+    }
 };
 
 // Plain-text slices a walk may take whole below a node: where the first character read leaves
@@ -59,7 +70,8 @@ struct TextBelow {
 // From lexer `state`, read the subtrees of `starts` (each start node's own byte first). A dead
 // byte ends the lexeme when the state's tag may end before it; at a start node only when
 // `end_at_start` (false when the state has just started a lexeme: nothing can end yet). Only
-// the tokens and nodes `filter` keeps are read; with `text`, see TextBelow.
+// the nodes `filter` keeps are read, and every token of a node read is found (those of the
+// slices it skips too); with `text`, see TextBelow.
 Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vector<int64_t>& starts,
                  bool end_at_start, const SliceFilter& filter = {},
                  const TextBelow* text = nullptr);
