@@ -5,7 +5,6 @@
 #include <functional>
 #include <mutex>
 #include <thread>
-#include <unordered_set>
 #include <stdexcept>
 
 namespace constrain {

@@ -6,7 +6,10 @@ a `TextCheck` (`constrain.engine.automaton`), and `TextChecked` keeps the check'
 each automaton state: a token the check refuses is refused by `check`, `advance` and the masks
 alike, exactly as if the two were one constraint. Only the tokens the check names as risky in
 its current state are scanned by `check` and the masks, all of a mask's at once
-(`TextCheck.refused`, native for JSON key checks); `advance` feeds every token.
+(`TextCheck.refused`, native for JSON key checks); `advance` feeds every token. Where the
+check's state has a key (`TextCheck.state_key`), a mask's refusals are kept under it, so the
+positions and sequences that share it (inside a long value, the same key being written) scan
+nothing again, and a mask is narrowed only when a refused token is one the grammar allows.
 
 A sequence keeps the check's state every `CHECKPOINT_EVERY` tokens and the token ids, not a
 state per token (a state is a few hundred bytes, most of a sequence's memory): `rollback`

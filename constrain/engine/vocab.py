@@ -412,13 +412,6 @@ class TokenTrie:
             node = int(kids[k])
         return node
 
-    def tokens_with_prefix(self, data: bytes) -> np.ndarray:
-        """Ids of the tokens whose bytes start with `data` (a subtree: one slice)."""
-        node = self.node_of(data)
-        if node < 0:
-            return np.zeros(0, dtype=np.int64)
-        return self.tokens[self.token_start[node] : self.token_start[self.subtree_end[node]]]
-
     def has_extension(self, data: bytes) -> bool:
         """True when some token's bytes start with `data` and are longer than it."""
         node = self.node_of(data)

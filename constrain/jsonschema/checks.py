@@ -277,7 +277,7 @@ class JsonChecks:
 
     def select(self, selector, vocab: Vocabulary) -> np.ndarray:
         """Ids of the text tokens `selector` selects: `selects` over the whole vocabulary at
-        once, on its bytes laid end to end (a ``"prefixes"`` selector reads the trie)."""
+        once, on its bytes laid end to end (a ``"prefixes"`` selector bisects them in order)."""
         return _byte_table(vocab).selected(selector)
 
     # -- scanning -------------------------------------------------------------------------------
@@ -444,8 +444,9 @@ class _ByteTable:
         self._starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])  # each token's first byte
         self.after_quote = self.after(quote)
         # the tokens with bytes in byte order (the trie's depth-first order), and their bytes
+        # (a tuple of bytes: the collector stops traversing it)
         self._sorted_ids = vocab.trie.tokens
-        self._sorted_texts = [texts[t] for t in self._sorted_ids.tolist()]
+        self._sorted_texts = tuple(texts[t] for t in self._sorted_ids.tolist())
         self._selections: dict = {}  # "prefixes" selector -> token ids
         self._fixed: dict = {}  # any other selector -> token ids
         for selector in _COMMON_SELECTORS:
