@@ -61,11 +61,9 @@ void Trie::validate() const {
 
 namespace {
 
-void add_tokens(const Trie& trie, int64_t node, std::vector<int32_t>& out,
-                const SliceFilter& filter = {}) {
+void add_tokens(const Trie& trie, int64_t node, std::vector<int32_t>& out) {
     for (int64_t k = trie.token_start[size_t(node)]; k < trie.token_start[size_t(node) + 1]; ++k)
-        if (filter.keeps_slot(k))
-            out.push_back(int32_t(trie.tokens[size_t(k)]));
+        out.push_back(int32_t(trie.tokens[size_t(k)]));
 }
 
 // Bytes in a UTF-8 character, by its first byte (1 for a stray continuation byte).

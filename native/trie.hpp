@@ -37,7 +37,6 @@ struct SliceFilter {
     bool keeps_node(int64_t node) const {
         return !subtree_bits || (subtree_bits[node] & ~combination);
     }
-    bool keeps_slot(int64_t k) const { return !slot_bits || (slot_bits[k] & ~combination); }
 };
 
 // What a walk inside the lexemes in progress found: the tokens read wholly inside them, and
