@@ -11,6 +11,7 @@ SOURCES = [
     "native/counted.cpp",
     "native/earley.cpp",
     "native/escapes.cpp",
+    "native/key_check.cpp",
     "native/lexer.cpp",
     "native/masks.cpp",
     "native/trie.cpp",
@@ -51,6 +52,7 @@ native = Pybind11Extension(
         "native/masks.hpp",
         "native/trie.hpp",
         "native/json_keys.hpp",
+        "native/key_check.hpp",
         "native/json_keys_impl.hpp",
     ],
 )

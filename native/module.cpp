@@ -4,12 +4,11 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
-#include <unordered_map>
 
 #include "admits.hpp"
 #include "cfg.hpp"
 #include "masks.hpp"
-#include "json_keys.hpp"
+#include "key_check.hpp"
 #include "lexer.hpp"
 #include "trie.hpp"
 
@@ -185,88 +184,82 @@ Trie trie_from(const py::object& t) {
 }
 
 // Every token's bytes, concatenated (a vocabulary's texts, copied once).
-struct TokenTexts {
-    std::vector<uint8_t> bytes;
-    std::vector<int64_t> offsets{0};  // token t is bytes[offsets[t], offsets[t + 1])
-};
-
-TokenTexts token_texts_from(const py::list& texts) {
-    TokenTexts out;
+// Every token's bytes and what the duplicate-key check selects among them (see KeyVocabulary).
+KeyVocabulary key_vocabulary_from(const py::list& texts, const Array<int64_t>& sorted,
+                                  const py::list& quotes, const Array<int64_t>& exits,
+                                  const Array<int64_t>& exits_or_escapes) {
+    KeyVocabulary out;
     for (const py::handle& text : texts) {
         std::string data = text.cast<std::string>();
         out.bytes.insert(out.bytes.end(), data.begin(), data.end());
         out.offsets.push_back(int64_t(out.bytes.size()));
     }
+    out.sorted = to_vector(sorted);
+    for (const py::handle& ids : quotes) out.quotes.push_back(to_vector(ids.cast<Array<int64_t>>()));
+    out.exits = to_vector(exits);
+    out.exits_or_escapes = to_vector(exits_or_escapes);
     return out;
 }
 
-// The value of a key's text that needs no JSON decoding (no escape, no control byte): its UTF-8
-// decoded as json.loads decodes bytes ("surrogatepass"; None when that fails); a null object
-// when the text needs `loads`.
-py::object plain_key_value(const std::string& text) {
-    for (unsigned char c : text)
-        if (c == '\\' || c < 0x20) return py::object();
-    PyObject* value = PyUnicode_DecodeUTF8(text.data(), Py_ssize_t(text.size()), "surrogatepass");
-    if (value == nullptr) {
-        PyErr_Clear();
-        return py::none();
-    }
-    return py::reinterpret_steal<py::object>(value);
-}
+std::string bytes_of(const py::bytes& data) { return std::string(data); }
 
-// The tokens among `tokens` that complete a repeated key when read from a scanner state
-// (see json_keys.hpp). Keys are compared as the Python check compares them: `loads` of the key's
-// quoted text (None: not a JSON string, which repeats nothing) against the `seen` frozenset of
-// each of the caller's object frames.
-py::array_t<int64_t> json_key_refusals(const TokenTexts& texts, const Array<int64_t>& tokens,
-                                       int mode, bool escaped, const py::bytes& key,
-                                       const py::list& frames, const py::object& loads) {
-    if (mode < kValue || mode > kEnd) throw py::value_error("scanner mode out of range");
-    KeyScan base;
-    base.mode = mode;
-    base.escaped = escaped;
-    base.key = std::string(key);
-    std::vector<py::object> seen;  // per caller frame: its keys (a frozenset) or None
-    for (const py::handle& frame : frames) {
-        auto pair = frame.cast<py::tuple>();
-        if (pair.size() != 2) throw py::value_error("a frame is (is_object, seen keys)");
-        base.frames.push_back(JsonFrame{int64_t(seen.size()), pair[0].cast<bool>()});
-        seen.push_back(py::reinterpret_borrow<py::object>(pair[1]));
-    }
-    base.next_id = int64_t(seen.size());
-    const int64_t n_tokens = int64_t(texts.offsets.size()) - 1;
-    std::vector<int64_t> refused;
-    // key text -> its value: tokens that complete the same key (`",`, `":`, `"}`) parse it once
-    std::unordered_map<std::string, py::object> values;
-    for (py::ssize_t k = 0; k < tokens.size(); ++k) {
-        int64_t t = tokens.data()[k];
-        if (t < 0 || t >= n_tokens) throw py::index_error("token id out of range");
-        KeyScan scan = base;
-        std::unordered_map<int64_t, py::set> added;  // keys completed inside this token
-        auto repeats = [&](int64_t frame, const std::string& text) {
-            auto known = values.find(text);
-            if (known == values.end()) {
-                py::object value = plain_key_value(text);
-                if (!value) value = loads(py::bytes("\"" + text + "\""));
-                known = values.emplace(text, std::move(value)).first;
-            }
-            const py::object& parsed = known->second;
-            if (parsed.is_none()) return false;
-            if (size_t(frame) < seen.size() && !seen[size_t(frame)].is_none()) {
-                int found = PySet_Contains(seen[size_t(frame)].ptr(), parsed.ptr());
-                if (found < 0) throw py::error_already_set();
-                if (found) return true;
-            }
-            py::set& keys = added[frame];
-            if (keys.contains(parsed)) return true;
-            keys.add(parsed);
-            return false;
-        };
-        const uint8_t* data = texts.bytes.data() + texts.offsets[size_t(t)];
-        size_t n = size_t(texts.offsets[size_t(t) + 1] - texts.offsets[size_t(t)]);
-        if (!scan_keys(scan, data, n, repeats)) refused.push_back(t);
-    }
-    return to_array(std::move(refused));
+void bind_key_check(py::module_& m) {
+    using State = std::shared_ptr<KeyState>;
+    py::class_<KeyState, State>(
+        m, "KeyCheckState",
+        "A state of the duplicate-key check: the scanner's mode, the key in progress and the "
+        "keys of each open object (immutable).")
+        .def(py::init<>())
+        .def(
+            "fed",
+            [](const State& self, const py::bytes& data) -> py::object {
+                std::string bytes = bytes_of(data);
+                auto out = std::make_shared<KeyState>();
+                if (!feed_keys(*self, reinterpret_cast<const uint8_t*>(bytes.data()),
+                               bytes.size(), *out))
+                    return py::none();
+                if (out->same_as(*self)) return py::cast(self);  // the same object
+                return py::cast(out);
+            },
+            py::arg("data"), "The state after `data`, or None when it completes a repeated key.")
+        .def(
+            "key", [](const KeyState& self) { return py::bytes(self.key()); },
+            "What the refusals depend on, as bytes (equal exactly when they are).");
+    py::class_<KeyCheck>(m, "KeyCheck",
+                         "The duplicate-key check over one vocabulary: which tokens it refuses.")
+        .def(py::init([](const py::list& texts, const Array<int64_t>& sorted,
+                         const py::list& quotes, const Array<int64_t>& exits,
+                         const Array<int64_t>& exits_or_escapes, bool escapes) {
+                 return KeyCheck(
+                     key_vocabulary_from(texts, sorted, quotes, exits, exits_or_escapes),
+                     escapes);
+             }),
+             py::arg("texts"), py::arg("sorted"), py::arg("quotes"), py::arg("exits"),
+             py::arg("exits_or_escapes"), py::arg("escapes"))
+        .def("allows", &KeyCheck::allows, py::arg("state"), py::arg("token"))
+        .def(
+            "risky", [](const KeyCheck& c, const KeyState& s) { return to_array(c.risky(s)); },
+            py::arg("state"))
+        .def(
+            "refused",
+            [](const KeyCheck& c, const KeyState& s, const Array<int64_t>& tokens) {
+                return to_array(c.refused(s, tokens.data(), size_t(tokens.size())));
+            },
+            py::arg("state"), py::arg("tokens"))
+        .def(
+            "refusals", [](const KeyCheck& c, const KeyState& s) { return to_array(c.refusals(s)); },
+            py::arg("state"))
+        .def("__len__", &KeyCheck::size);
+    m.def(
+        "decode_key",
+        [](const py::bytes& text) -> py::object {
+            std::string value;
+            if (!decode_key(bytes_of(text), value)) return py::none();
+            return py::bytes(value);
+        },
+        py::arg("text"),
+        "A key's value from its text between the quotes, as UTF-8 with surrogates passed "
+        "(None: not a JSON string).");
 }
 
 
@@ -766,11 +759,5 @@ PYBIND11_MODULE(native, m) {
 
     bind_cfg(m);
 
-    py::class_<TokenTexts>(m, "TokenTexts", "Every token's bytes, for scans of token texts.")
-        .def(py::init(&token_texts_from), py::arg("texts"))
-        .def("__len__", [](const TokenTexts& t) { return t.offsets.size() - 1; });
-
-    m.def("json_key_refusals", &json_key_refusals, py::arg("texts"), py::arg("tokens"),
-          py::arg("mode"), py::arg("escaped"), py::arg("key"), py::arg("frames"), py::arg("loads"),
-          "The tokens that complete a repeated JSON key from a key-checking scanner's state.");
+    bind_key_check(m);
 }

@@ -789,10 +789,10 @@ def test_text_check_reads_escapes_across_every_token_split(text, duplicate):
     ],
 )
 def test_native_key_refusals_are_the_feeds_refusals(earlier):
-    """The native scan decodes a plain key itself (escapes through `json.loads`): it refuses
-    exactly the tokens `feed` refuses, over keys spelled every way and keys that are not
-    JSON, with tokens the grammar would refuse among them."""
-    from constrain.jsonschema.checks import JsonChecks
+    """The native check decodes keys itself: it refuses exactly the tokens the reference's
+    `feed` refuses (which reads keys with `json.loads`), over keys spelled every way and keys
+    that are not JSON, with tokens the grammar would refuse among them."""
+    from constrain.jsonschema.checks import JsonChecks, JsonKeyChecks
 
     pieces = [earlier, b"caf\xc3\xa9", b"caf\\u00e9", b"\xed\xa0\x80", b"\xc3", b"tab\t"]
     texts = [b"x"] + [
@@ -800,12 +800,15 @@ def test_native_key_refusals_are_the_feeds_refusals(earlier):
     ]
     vocab = Vocabulary(texts, eos_ids=[0])
     tokens = np.arange(1, len(texts))
-    reference = JsonChecks(None, engine="python")
+    reference, native = JsonChecks(None), JsonKeyChecks()
     for written in (b'{"' + earlier + b'":1,"', b'{"' + earlier + b'":{"a":1},"'):
         state = reference.feed(reference.start, written)
         expected = [t for t in tokens.tolist() if reference.feed(state, texts[t]) is None]
         assert expected  # the test reaches repeated keys
-        assert JsonChecks(None, engine="native").refused(state, tokens, vocab) == expected
+        here = native.feed(native.start, written)
+        assert native.refused(here, tokens, vocab).tolist() == expected
+        # the tokens a grammar spelling keys one way allows are selected as the reference does
+        assert native.refusals(here, vocab).tolist() == reference.refusals(state, vocab).tolist()
 
 
 def test_text_check_state_keys_are_equal_exactly_when_the_open_keys_are():
@@ -889,16 +892,23 @@ def _scalar_ends_vocabulary():
             {"properties": {"a": {"not": {"maxLength": 1}}}, "additionalProperties": _UNIQUE},
             '{"a":"xy","b":[1,2, 3] ,"c":[]}',
         ),
+        (  # keys alone are checked (natively): keys sharing prefixes, nested, escaped
+            {"type": "object", "additionalProperties": True},
+            '{"name":1,"nam":{"name":2,"na":[{"a":1,"ab":{}}],"n":"name"},"names":"x",'
+            '"\u00e9t\u00e9":{"":1},"a\\\"b":[],"":null, "na\\tme" : 0}',
+        ),
     ],
 )
 @pytest.mark.parametrize("spellings", ["canonical", "all"])
 def test_risky_tokens_hold_every_token_the_check_may_refuse(schema, text, spellings, smollm_vocab):
-    """Masks and checks scan only the tokens `risky` selects: before every token of a document
-    (in and between values), no other token the grammar allows is refused by `feed` (the
-    oracle, on every allowed token), and `selects` agrees with the vectorized `select`; on a
-    real vocabulary and on one whose tokens end values in one piece."""
+    """Masks and checks scan only the `risky_tokens`: before every token of a document (in
+    and between values), no other token the grammar allows is refused by the reference's
+    `feed` (the oracle, on every allowed token); `allows` and the `refusals` shared by a state
+    key agree with it; and `selects` agrees with the vectorized `select`. On a real
+    vocabulary and on one whose tokens end values in one piece."""
     grammar = cn.Grammar.from_json_schema(schema, whitespace="default", spellings=spellings)
     check = grammar.check
+    reference = check.with_engine("python")
     unchecked = grammar.with_engine("native")  # a copy: the same automaton, without the check
     unchecked.check = None
     for vocab in (smollm_vocab, _scalar_ends_vocabulary()):
@@ -907,16 +917,19 @@ def test_risky_tokens_hold_every_token_the_check_may_refuse(schema, text, spelli
         grammar_only = cn.Constraint(unchecked, vocab).start()
         for i in range(len(tokens) + 1):
             state = check.feed(check.start, vocab.decode_bytes(tokens[:i]))
-            risky = check.risky(state)
+            expected = reference.feed(reference.start, vocab.decode_bytes(tokens[:i]))
             selected = np.zeros(vocab.size, dtype=bool)
-            if risky is not None:
-                selected[check.select(risky, vocab)] = True
+            selected[check.risky_tokens(state, vocab)] = True
+            shared = check.state_key(state) is not None
+            refusals = set(check.refusals(state, vocab).tolist()) if shared else None
             for token in np.flatnonzero(grammar_only.mask()).tolist():
                 token_text = vocab.token_bytes(token)
-                if token_text and not selected[token]:
-                    assert check.feed(state, token_text) is not None, (tokens[:i], token_text)
-                if token_text and risky is not None:
-                    assert check.selects(risky, token_text) == selected[token], token_text
+                refused = bool(token_text) and reference.feed(expected, token_text) is None
+                assert selected[token] or not refused, (tokens[:i], token_text)
+                assert check.allows(state, token, vocab) == (not refused), token_text
+                assert refusals is None or (token in refusals) == refused, token_text
+                if token_text and hasattr(check, "selects"):
+                    assert check.selects(check.risky(state), token_text) == selected[token]
             if i < len(tokens):
                 grammar_only.advance(tokens[i])
 

@@ -627,3 +627,81 @@ def test_native_parse_states_are_invisible_to_the_collector():
     assert all(s is not None for s in states)
     assert not any(gc.is_tracked(s[0]) or gc.is_tracked(s) for s in states)
     assert len(gc.get_objects()) - before < 50
+
+
+def _key_text(rng: random.Random) -> bytes:
+    """Bytes between a key's quotes, often not a JSON string's: escapes of every kind (good,
+    bad, surrogates alone and in pairs), raw UTF-8, surrogates' and invalid bytes, controls."""
+    parts = [
+        b"a", b"b", b"\xc3\xa9", b"\xf0\x9f\x98\x80", b"\xed\xa0\x80", b"\xed\xb8\x80", b"\xc3",
+        b"\xe0\x80\x80", b"\xf4\x90\x80\x80", b"\x7f", b"\t", b"\\\"", b"\\\\", b"\\/", b"\\b",
+        b"\\n", b"\\t", b"\\u00e9", b"\\u00E9", b"\\ud83d", b"\\ude00", b"\\uD83D\\uDE00",
+        b"\\u0041", b"\\x", b"\\u12", b"\\uzzzz", b"\\", b"\\u",
+    ]  # fmt: skip
+    return b"".join(rng.choice(parts) for _ in range(rng.randrange(5)))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_native_key_decoding_is_json_loads(seed):
+    """A key's value decoded natively is the string `json.loads` reads from its quoted text,
+    in UTF-8 with surrogates passed (None exactly where `json.loads` fails)."""
+    from constrain.engine.native import decode_key
+
+    rng = random.Random(seed)
+    for _ in range(3000):
+        text = _key_text(rng)
+        try:
+            expected = json.loads(b'"' + text + b'"').encode("utf-8", "surrogatepass")
+        except ValueError:
+            expected = None
+        assert decode_key(text) == expected, text
+
+
+def _key_document(rng: random.Random, depth: int = 0) -> bytes:
+    """A JSON-like text whose objects may repeat keys, spelled in several ways."""
+    kind = rng.randrange(6 if depth < 3 else 3)
+    if kind == 0:
+        return rng.choice([b"1", b"true", b'"v"', b'"a\\"}"', b"null"])
+    if kind in (1, 2, 3):
+        keys = [b"a", b"ab", b"\xc3\xa9", b"\\u00e9", b"a\\u0062", b'a\\"', b"", b"\\ud800"]
+        members = [
+            b'"' + rng.choice(keys) + b'":' + _key_document(rng, depth + 1)
+            for _ in range(rng.randrange(4))
+        ]
+        return b"{" + b",".join(members) + b"}"
+    return b"[" + b", ".join(_key_document(rng, depth + 1) for _ in range(rng.randrange(3))) + b"]"
+
+
+@pytest.mark.parametrize("escapes", [False, True])
+def test_native_key_check_is_the_reference(escapes):
+    """The native duplicate-key check against `JsonChecks(None)` at every byte of documents
+    that repeat keys spelled every way: the same verdict on each piece, the same state keys,
+    and over a vocabulary of pieces of them the same refusals, `risky_tokens` and `allows`."""
+    from constrain.engine.vocab import Vocabulary
+    from constrain.jsonschema.checks import JsonChecks, JsonKeyChecks
+
+    rng = random.Random(7)
+    documents = [_key_document(rng) for _ in range(60)]
+    pieces = {text[i : i + n] for text in documents for i in range(len(text)) for n in (1, 3, 6)}
+    vocab = Vocabulary([b"x"] + sorted(pieces), eos_ids=[0])
+    reference, native = JsonChecks(None, escapes=escapes), JsonKeyChecks(escapes)
+    refusals = 0
+    for text in documents:
+        expected, here = reference.start, native.start
+        for i in range(0, len(text), 2):
+            piece = text[i : i + 2]
+            for token in range(1, vocab.size, 7):
+                data = vocab.token_bytes(token)
+                assert native.allows(here, token, vocab) == (reference.feed(expected, data) is not None)
+            wanted = reference.refusals(expected, vocab)
+            assert native.refusals(here, vocab).tolist() == wanted.tolist(), text[:i]
+            assert native.risky_tokens(here, vocab).tolist() == reference.risky_tokens(
+                expected, vocab
+            ).tolist()
+            refusals += len(wanted)
+            expected, here = reference.feed(expected, piece), native.feed(here, piece)
+            assert (here is None) == (expected is None), text[: i + 2]
+            if here is None:
+                break
+            assert native.state_key(here) == reference.state_key(expected)
+    assert refusals > 100  # the documents reach repeated keys

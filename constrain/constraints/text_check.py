@@ -5,8 +5,8 @@ items over open item languages, the check sites of a JSON Schema. The grammar ca
 a `TextCheck` (`constrain.engine.automaton`), and `TextChecked` keeps the check's state beside
 each automaton state: a token the check refuses is refused by `check`, `advance` and the masks
 alike, exactly as if the two were one constraint. Only the tokens the check names as risky in
-its current state are scanned by `check` and the masks, all of a mask's at once
-(`TextCheck.refused`, native for JSON key checks); `advance` feeds every token. Where the
+its current state are scanned by the masks, all of a mask's at once (`TextCheck.refused`; a
+JSON Schema's duplicate-key check is native whole); `advance` feeds every token. Where the
 check's state has a key (`TextCheck.state_key`), a mask's refusals are kept under it, so the
 positions and sequences that share it (inside a long value, the same key being written) scan
 nothing again, and a mask is narrowed only when a refused token is one the grammar allows.
@@ -61,7 +61,7 @@ class TextChecked(MatcherWrapper):
     # -- queries ----------------------------------------------------------------------------------
 
     def check(self, token: int) -> bool:
-        return self.inner.check(token) and self._allows(token)
+        return self.inner.check(token) and self.text_check.allows(self._here, token, self.vocab)
 
     def bitmask(self) -> np.ndarray:
         packed = self.inner.bitmask()
@@ -70,13 +70,10 @@ class TextChecked(MatcherWrapper):
         here = self._here
         shared = self.text_check.state_key(here)
         if shared is None:  # the refusals depend on this sequence alone: scan what is allowed
-            risky = self.text_check.risky(here)
-            if risky is None:
-                return packed
-            sensitive = self.text_check.select(risky, self.vocab)
-            allowed = bitmask.allowed_among(packed, sensitive)
+            risky = self.text_check.risky_tokens(here, self.vocab)
+            allowed = bitmask.allowed_among(packed, risky)
             refused = self.text_check.refused(here, allowed, self.vocab)
-            return bitmask.without(packed, refused) if refused else packed
+            return bitmask.without(packed, refused) if len(refused) else packed
         refused = self._refusals(here, shared)
         if not len(refused) or not len(bitmask.allowed_among(packed, refused)):
             return packed
@@ -95,8 +92,7 @@ class TextChecked(MatcherWrapper):
         here = self._here
         shared = self.text_check.state_key(here)
         if shared is None:
-            risky = self.text_check.risky(here)
-            if risky is None or not len(self.text_check.select(risky, self.vocab)):
+            if not len(self.text_check.risky_tokens(here, self.vocab)):
                 return self.inner.mask_key()
             return None
         if not len(self._refusals(here, shared)):
@@ -109,13 +105,7 @@ class TextChecked(MatcherWrapper):
         kept by the check's state key: sequences and positions that share it share them."""
         refused = self.refusals.get(shared)
         if refused is None:
-            risky = self.text_check.risky(here)
-            found = []
-            if risky is not None:
-                sensitive = self.text_check.select(risky, self.vocab)
-                if len(sensitive):
-                    found = self.text_check.refused(here, sensitive, self.vocab)
-            refused = self.refusals[shared] = np.array(found, dtype=np.int64)
+            refused = self.refusals[shared] = self.text_check.refusals(here, self.vocab)
         return refused
 
     # -- state changes ----------------------------------------------------------------------------
@@ -158,14 +148,3 @@ class TextChecked(MatcherWrapper):
         """The check's state after `token` (None: refused)."""
         data = self.vocab.token_bytes(token)
         return self.text_check.feed(state, data) if data else state
-
-    # -- the check ---------------------------------------------------------------------------------
-
-    def _allows(self, token: int) -> bool:
-        """The check lets `token` through (only tokens it names as risky are scanned)."""
-        here = self._here
-        risky = self.text_check.risky(here)
-        data = self.vocab.token_bytes(token)
-        if risky is None or not data or not self.text_check.selects(risky, data):
-            return True
-        return not self.text_check.refused(here, np.array([token]), self.vocab)

@@ -93,38 +93,37 @@ class TextCheck(Protocol):
     unique items), checked beside it by the `Matcher` on immutable states of its own.
 
     ``feed(state, data)`` is the state after `data`, or None when `data` breaks the condition.
-    ``risky(state)`` names the tokens that could break it next (None: no token can), as a
-    hashable *selector*; ``selects(selector, data)`` says whether a token's bytes are among
-    them, and ``select(selector, vocab)`` names them all (remembered per vocabulary). Checks
-    and masks scan only selected tokens (`advance` feeds every token).
+    Checks and masks scan only the tokens that could break it next (`risky_tokens`); `advance`
+    feeds every token.
     """
 
     start: Hashable
 
     def feed(self, state: Hashable, data: bytes) -> Hashable | None: ...
 
-    def risky(self, state: Hashable) -> Hashable | None: ...
+    def allows(self, state: Hashable, token: int, vocab: Vocabulary) -> bool:
+        """`feed` would not refuse the bytes of `token` (a token without bytes passes)."""
 
-    def selects(self, selector: Hashable, data: bytes) -> bool: ...
+    def risky_tokens(self, state: Hashable, vocab: Vocabulary) -> np.ndarray:
+        """Ids of the tokens of `vocab` that `feed` may refuse next (a superset of those it
+        refuses; empty: it refuses none)."""
 
-    def select(self, selector: Hashable, vocab: Vocabulary) -> np.ndarray:
-        """Ids of the text tokens of `vocab` that `selector` selects (`selects`, all at once;
-        remembered per vocabulary)."""
+    def refused(self, state: Hashable, tokens: np.ndarray, vocab: Vocabulary) -> np.ndarray:
+        """The ids of `tokens` whose bytes `feed` refuses from `state`, all at once. They may
+        include tokens the grammar refuses, which must not raise."""
 
-    def refused(self, state: Hashable, tokens: np.ndarray, vocab: Vocabulary) -> list[int]:
-        """The tokens of `tokens` whose bytes `feed` refuses from `state`, all at once. They
-        may include tokens the grammar refuses (a refusal shared by a state key is asked of
-        every selected token), which must not raise."""
+    def refusals(self, state: Hashable, vocab: Vocabulary) -> np.ndarray:
+        """Every token `feed` refuses from `state` (`refused` of the `risky_tokens`)."""
 
-    def state_key(self, state: Hashable) -> Hashable | None:
-        """What `refused` and `risky` depend on at `state`, to share their answers between
-        states and sequences (None: nothing to share)."""
+    def state_key(self, state: Hashable) -> bytes | None:
+        """What `refusals` depends on at `state`, to share them between states and
+        sequences (None: nothing to share)."""
 
     def with_engine(self, engine: str) -> TextCheck:
         """The same check with its token scans in `engine`."""
 
     def prepare(self, vocab: Vocabulary) -> None:
-        """Build what `select` reads for `vocab` (once per vocabulary) now, not in a mask."""
+        """Build what the scans read for `vocab` (once per vocabulary) now, not in a mask."""
 
 
 class DFAAutomaton:

@@ -13,6 +13,10 @@ alternatives could apply (`anyOf`) and one of them requires unique items, unique
 narrower, never wider. Items compare as JSON values (``1 == 1.0``, objects regardless of member
 order); keys compare after unescaping.
 
+When keys alone are checked (no array must be unique, no value is validated), the check runs
+whole in the native core (`JsonKeyChecks`: states, scans and the selection of risky tokens),
+with `JsonChecks(None)` as its reference.
+
 The check refuses a token only when a key or item *completes* as a duplicate; it does not look
 ahead, so a generation can reach a point where every continuation repeats an earlier item (an
 array of two booleans that must hold three unique items). The sampler then reports the dead end.
@@ -26,12 +30,13 @@ from decimal import Decimal
 
 import numpy as np
 
+from constrain.engine.automaton import TextCheck
 from constrain.engine.engines import resolve_engine
 from constrain.engine.vocab import Vocabulary
 from constrain.jsonschema.shapes import ArrayShape, ObjectShape, Shape, key_text
 from constrain.jsonschema.validation import load_exact
 
-__all__ = ["JsonChecks", "checks_for"]
+__all__ = ["JsonChecks", "JsonKeyChecks", "checks_for"]
 
 # scanner modes
 _VALUE, _KEY, _COLON, _AFTER, _STRING, _KEYSTR, _SCALAR, _END = range(8)
@@ -47,9 +52,9 @@ _NOT_SCALAR = frozenset(b' \t\n\r"[]{},:')
 _BETWEEN_VALUES = frozenset((_VALUE, _KEY, _COLON, _AFTER))
 # the selectors most masks read, built with a vocabulary's byte table (tens of ms each on a
 # large vocabulary: not in a mask)
-_COMMON_SELECTORS = (
-    ("completes",), ("exit",), ("ends", _ITEM_ENDS), ("either", ("exit",), ("ends", frozenset(b"\\")))
-)  # fmt: skip
+# leaving a string, or an escape spelling the rest of a repeat
+_EXIT_OR_ESCAPE = ("either", ("exit",), ("ends", frozenset(b"\\")))
+_COMMON_SELECTORS = (("completes",), ("exit",), ("ends", _ITEM_ENDS), _EXIT_OR_ESCAPE)
 _MAX_VERDICTS = 4096  # validations of completed values remembered per schema
 _MAX_SELECTIONS = 1024  # "prefixes" selections remembered per vocabulary (one per key prefix)
 # quotes a token needs to complete a repeated key, by mode: to close a key in progress, to write
@@ -69,7 +74,7 @@ class _Object:
         """The JSON texts of the keys in `seen` (asked at every byte of a key in progress)."""
         found = self._seen_texts
         if found is None:
-            found = self._seen_texts = [key_text(k) for k in self.seen]
+            found = self._seen_texts = [_spelling(k) for k in self.seen]
         return found
 
     def seen_key(self) -> bytes:
@@ -122,19 +127,10 @@ class JsonChecks:
             so a repeat may be spelled differently from the text it repeats.
     """
 
-    def __init__(
-        self,
-        root: Shape | None,
-        validates: bool = False,
-        escapes: bool = False,
-        engine: str | None = None,
-    ):
+    def __init__(self, root: Shape | None, validates: bool = False, escapes: bool = False):
         self.root = root
         self.validates = validates
         self.escapes = escapes
-        self.engine = resolve_engine(engine)
-        # only repeated keys are refused: the native core scans tokens for them
-        self._native_keys = self.engine == "native" and root is None and not validates
         # (shapes, value text) -> passes; bounded, and the shapes are those of `root`
         self._verdicts: dict[tuple[tuple[Shape, ...], bytes], bool] = {}
         self.start = _State(_VALUE, (), b"", False, ())
@@ -159,31 +155,30 @@ class JsonChecks:
                 return None
         return state
 
-    def refused(self, state: _State, tokens: np.ndarray, vocab: Vocabulary) -> list[int]:
-        """The tokens of `tokens` that `feed` refuses from `state`, scanned in the native
-        core when only repeated keys are checked."""
-        if self._native_keys:
-            from constrain.engine.native import json_key_refusals
+    def allows(self, state: _State, token: int, vocab: Vocabulary) -> bool:
+        """`feed` does not refuse `token` (only tokens `risky` selects are scanned)."""
+        risky = self.risky(state)
+        data = vocab.token_bytes(token)
+        if not data or not self.selects(risky, data):
+            return True
+        return self.feed(state, data) is not None
 
-            frames = [
-                (True, f.seen) if isinstance(f, _Object) else (False, None) for f in state.frames
-            ]
-            found = json_key_refusals(
-                _token_texts(vocab),
-                tokens,
-                state.mode,
-                state.escaped,
-                state.text,
-                frames,
-                _string_value,
-            )
-            return found.tolist()
+    def risky_tokens(self, state: _State, vocab: Vocabulary) -> np.ndarray:
+        """Ids of the tokens `risky` selects: every token `feed` may refuse next."""
+        return self.select(self.risky(state), vocab)
+
+    def refused(self, state: _State, tokens: np.ndarray, vocab: Vocabulary) -> np.ndarray:
+        """The tokens of `tokens` that `feed` refuses from `state`."""
         out = []
         for token in tokens.tolist():
             data = vocab.token_bytes(token)
             if data and self.feed(state, data) is None:
                 out.append(token)
-        return out
+        return np.array(out, dtype=np.int64)
+
+    def refusals(self, state: _State, vocab: Vocabulary) -> np.ndarray:
+        """Every token `feed` refuses from `state`."""
+        return self.refused(state, self.risky_tokens(state, vocab), vocab)
 
     def state_key(self, state: _State) -> bytes | None:
         """What `refused` depends on at `state`, when only repeated keys are checked (the mode,
@@ -203,9 +198,10 @@ class JsonChecks:
         state.key = b"".join(parts)
         return state.key
 
-    def with_engine(self, engine: str) -> JsonChecks:
-        """This check with its token scans in `engine` (see `constrain.engine.engines`)."""
-        return JsonChecks(self.root, self.validates, self.escapes, engine)
+    def with_engine(self, engine: str) -> TextCheck:
+        """This check in `engine` (see `constrain.engine.engines`): the duplicate-key check
+        alone has a native form (`JsonKeyChecks`)."""
+        return _checks(self.root, self.validates, self.escapes, engine)
 
     def prepare(self, vocab: Vocabulary) -> None:
         _byte_table(vocab)
@@ -255,9 +251,7 @@ class JsonChecks:
         if self.escapes and b"\\" in written:
             return risky  # an escape written: the rest of a repeat may be spelled any way
         rests = tuple(t[len(written) :] for t in earlier if t.startswith(written))
-        leaving = ("exit",)
-        if self.escapes and rests:  # the rest of a repeat spelled with an escape
-            leaving = ("either", leaving, ("ends", frozenset(b"\\")))
+        leaving = _EXIT_OR_ESCAPE if self.escapes and rests else ("exit",)
         return ("prefixes", rests, leaving)
 
     def selects(self, selector, data: bytes) -> bool:
@@ -430,6 +424,77 @@ class JsonChecks:
         return self._value_done(state)
 
 
+class JsonKeyChecks:
+    """The text check of a schema whose only condition is no duplicate key (no shapes
+    followed, nothing validated), whole in the native core: its states (`KeyCheckState`), what
+    a token does to them, and which tokens of a vocabulary it refuses, selected and scanned in
+    one call. `JsonChecks(None)` is its reference (`with_engine("python")`).
+
+    Args:
+        escapes: the grammar admits every escaped spelling of a string.
+    """
+
+    root = None  # as `JsonChecks`: no shapes followed
+    validates = False  # and no value validated
+
+    def __init__(self, escapes: bool = False):
+        from constrain.engine.native import KeyCheckState
+
+        self.escapes = escapes
+        self.start = KeyCheckState()
+        self._last: tuple[Vocabulary, object] | None = None  # the vocabulary last asked for
+
+    def feed(self, state, data: bytes):
+        return state.fed(data)
+
+    def allows(self, state, token: int, vocab: Vocabulary) -> bool:
+        return self._over(vocab).allows(state, token)
+
+    def risky_tokens(self, state, vocab: Vocabulary) -> np.ndarray:
+        return self._over(vocab).risky(state)
+
+    def refused(self, state, tokens: np.ndarray, vocab: Vocabulary) -> np.ndarray:
+        return self._over(vocab).refused(state, tokens)
+
+    def refusals(self, state, vocab: Vocabulary) -> np.ndarray:
+        return self._over(vocab).refusals(state)
+
+    def state_key(self, state) -> bytes:
+        return state.key()
+
+    def with_engine(self, engine: str) -> TextCheck:
+        return _checks(None, False, self.escapes, engine)
+
+    def prepare(self, vocab: Vocabulary) -> None:
+        self._over(vocab)
+
+    def _over(self, vocab: Vocabulary):
+        """The native check over `vocab` (built once per vocabulary and spelling mode)."""
+        last = self._last
+        if last is None or last[0] is not vocab:
+            check = vocab.derived.get_or_build(
+                ("json key check", self.escapes), lambda: _key_check(vocab, self.escapes)
+            )
+            last = self._last = (vocab, check)
+        return last[1]
+
+
+def _key_check(vocab: Vocabulary, escapes: bool):
+    """The native duplicate-key check over `vocab`: its token texts and the selections
+    `JsonChecks.risky` makes there (tokens with n quotes, tokens leaving a string)."""
+    from constrain.engine.native import KeyCheck
+
+    table = _byte_table(vocab)
+    return KeyCheck(
+        list(vocab.texts),
+        vocab.trie.tokens,
+        [table.selected(("quotes", n)) for n in range(1, 6)],
+        table.selected(("exit",)),
+        table.selected(_EXIT_OR_ESCAPE),
+        escapes,
+    )
+
+
 class _ByteTable:
     """A vocabulary's token bytes end to end, with what `selects` asks of each byte."""
 
@@ -520,14 +585,10 @@ def _byte_table(vocab: Vocabulary) -> _ByteTable:
     return vocab.derived.get_or_build(("json check bytes",), lambda: _ByteTable(vocab))
 
 
-def _token_texts(vocab: Vocabulary):
-    """The vocabulary's token bytes in the native core (copied once, kept by the vocabulary)."""
-    from constrain.engine.native import TokenTexts
-
-    return vocab.derived.get_or_build(
-        ("native token texts",),
-        lambda: TokenTexts(list(vocab.texts)),
-    )
+def _spelling(key: str) -> bytes:
+    """`key_text`, with a lone surrogate's bytes as "surrogatepass" gives them (a key written
+    with an escape may be one; no spelling the grammar admits then starts like it)."""
+    return json.dumps(key, ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
 def _string_value(quoted: bytes) -> str | None:
@@ -590,7 +651,7 @@ def _canonical(value):
     return ("z", None)
 
 
-def checks_for(root: Shape, free_keys: bool = False, escapes: bool = False) -> JsonChecks | None:
+def checks_for(root: Shape, free_keys: bool = False, escapes: bool = False) -> TextCheck | None:
     """The text check a schema needs: none when no object takes extra keys and `free_keys` is
     false (named keys never repeat), no array must be unique and no value is validated (check
     sites); shapes are followed only if some array must be unique or some value validated.
@@ -618,4 +679,11 @@ def checks_for(root: Shape, free_keys: bool = False, escapes: bool = False) -> J
             todo.extend(r.value for r in o.regions)
     if not unique and not extra and not checked and not free_keys:
         return None
-    return JsonChecks(root if unique or checked else None, checked, escapes)
+    return _checks(root if unique or checked else None, checked, escapes, None)
+
+
+def _checks(root: Shape | None, validates: bool, escapes: bool, engine: str | None) -> TextCheck:
+    """`JsonChecks`, or its native form when it checks keys alone and `engine` is native."""
+    if root is None and not validates and resolve_engine(engine) == "native":
+        return JsonKeyChecks(escapes)
+    return JsonChecks(root, validates, escapes)
