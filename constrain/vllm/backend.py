@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -28,10 +27,9 @@ from vllm.v1.structured_output.backend_types import (
     StructuredOutputOptions,
 )
 
-from constrain.constraints.budget import Budgeted
 from constrain.constraints.constraint import Constraint
+from constrain.constraints.grammar_sequence import GrammarSequence
 from constrain.engine import bitmask
-from constrain.engine.matcher import TokenMatcher
 from constrain.engine.vocab import Vocabulary
 from constrain.fuel import Fuel
 from constrain.vllm.requests import StructuredRequest, compile_fuel
@@ -129,7 +127,9 @@ class _Budget:
 
 @dataclass
 class ConstrainGrammar(StructuredOutputGrammar):
-    """One request's position in its constraint.
+    """One request's position in its constraint: vLLM's grammar interface over a
+    `GrammarSequence`, started on first use (so a budget counts from where the constraint
+    starts, after any reasoning).
 
     Attributes:
         constraint: the compiled constraint (shared by the requests that ask for it).
@@ -141,97 +141,41 @@ class ConstrainGrammar(StructuredOutputGrammar):
     constraint: Constraint
     stops: set[int] = field(default_factory=set)
     budget: _Budget | None = None
-    terminated: bool = False
-    _matcher: TokenMatcher | None = None
-    _history: list[bool] = field(default_factory=list)  # per token: did it end the output
+    _sequence: GrammarSequence | None = None
 
     @property
-    def matcher(self) -> TokenMatcher:
-        """The matcher, started on first use (so a budget counts from where the constraint
-        starts, after any reasoning)."""
-        if self._matcher is None:
+    def sequence(self) -> GrammarSequence:
+        if self._sequence is None:
             limit = None if self.budget is None else self.budget.text_tokens()
-            self._matcher = self.constraint.start(max_tokens=limit)
-        return self._matcher
+            self._sequence = GrammarSequence(self.constraint, max_tokens=limit,
+                                             stop_ids=self.stops)  # fmt: skip
+        return self._sequence
 
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
-        for token in tokens:
-            if not self._accept(self.matcher, token):
-                return False
-        return True
-
-    def _accept(self, matcher: TokenMatcher, token: int) -> bool:
-        """Advance `matcher` by `token` (an end of output sets `terminated`); False if refused."""
-        if self.terminated:
-            return False
-        ends = token in self.stops or token in self.constraint.vocab.eos_ids
-        if ends:
-            if not matcher.accepting():
-                return False
-            self.terminated = True
-        elif matcher.check(token):
-            matcher.advance(token)
-        else:
-            return False
-        if matcher is self._matcher:
-            self._history.append(ends)
-        return True
+        return self.sequence.accept(tokens)
 
     def validate_tokens(self, tokens: list[int]) -> list[int]:
         """The longest prefix of `tokens` the constraint allows (nothing changes)."""
-        matcher, terminated = self.matcher.fork(), self.terminated
-        count = 0
-        try:
-            for token in tokens:
-                if token < 0 or not self._accept(matcher, token):
-                    break
-                count += 1
-        finally:
-            self.terminated = terminated
-        return tokens[:count]
+        return tokens[: self.sequence.validate(tokens)]
 
     def rollback(self, num_tokens: int) -> None:
-        for _ in range(min(num_tokens, len(self._history))):
-            if self._history.pop():
-                self.terminated = False
-            else:
-                self.matcher.rollback(1)
+        sequence = self.sequence
+        sequence.rollback(min(num_tokens, sequence.n_consumed))  # vLLM may count refused ones
 
     def fill_bitmask(self, bitmask_tensor: torch.Tensor, batch_index: int) -> None:
-        """Row `batch_index` of the batch's bitmask: the tokens allowed next. Where the budget
-        alone leaves no token, it gives way (a few tokens more, never past ``max_tokens``)."""
-        row = self._row(bitmask_tensor.device)
-        matcher = self.matcher
-        if not row.any() and isinstance(matcher, Budgeted) and matcher.give_way(set()):
-            row = self._row(bitmask_tensor.device)
-        bitmask_tensor[batch_index, : row.shape[0]].copy_(row)
-
-    def _row(self, device) -> torch.Tensor:
-        if self.stops:
-            return torch.from_numpy(self._with_stops(self.matcher)).to(device)
-        return self.constraint.device_bitmask(self.matcher, device)
-
-    def _with_stops(self, matcher: TokenMatcher) -> np.ndarray:
-        """The mask with the request's stop tokens allowed exactly where EOS is."""
-        row = bitmask.without(matcher.bitmask(), self._stop_ids)
-        if matcher.accepting():
-            row |= self._stop_mask
-        return row
-
-    @cached_property
-    def _stop_ids(self) -> np.ndarray:
-        ids = np.fromiter(self.stops, dtype=np.int64)
-        return ids[(ids >= 0) & (ids < self.constraint.vocab.size)]
-
-    @cached_property
-    def _stop_mask(self) -> np.ndarray:
-        return bitmask.from_ids(self._stop_ids, self.constraint.vocab.size)
+        """Row `batch_index` of the batch's bitmask: the tokens allowed next."""
+        if bitmask_tensor.device.type == "cpu":
+            self.sequence.fill_row(bitmask_tensor.numpy(), batch_index)
+        else:
+            row = torch.from_numpy(np.array(self.sequence.allowed()))
+            bitmask_tensor[batch_index].zero_()
+            bitmask_tensor[batch_index, : row.shape[0]].copy_(row)
 
     def is_terminated(self) -> bool:
-        return self.terminated
+        return self._sequence is not None and self._sequence.terminated
 
     def reset(self):
-        self._matcher, self._history, self.terminated = None, [], False
+        self._sequence = None
 
 
 def _eos_ids(tokenizer: Any, vllm_config: Any) -> Iterable[int]:

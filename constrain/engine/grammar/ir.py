@@ -123,10 +123,15 @@ class GrammarIR:
     """A context-free grammar over lexemes (see the module docstring)."""
 
     start: str
-    rules: list[Rule]
+    rules: Sequence[Rule]  # kept as a tuple (see `Rule`)
     lexemes: dict[str, Lexeme]
     ignore: list[str] = field(default_factory=list)
     source: str = ""
+
+    def __post_init__(self):
+        # a tuple of untracked tuples is untracked too: a list of 40k rules would be walked
+        # by every full collection
+        self.rules = tuple(self.rules)
 
     def nonterminals(self) -> set[str]:
         return {lhs for lhs, _ in self.rules}

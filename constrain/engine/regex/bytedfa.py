@@ -105,8 +105,10 @@ class ByteDFA(ByteWalk):
         self.accepting = np.asarray(accepting, dtype=bool)
         self.start = start
         self.pattern = pattern
-        self._class_of: list[int] | None = None  # `classes` as a list, once a walk steps
-        self._rows: list[list[int] | None] = [None] * len(self.table)
+        # `classes` and the rows a walk stepped through, as tuples (the collector untracks
+        # tuples of ints: a compiled grammar's thousands of DFAs cost a full collection nothing)
+        self._class_of: tuple[int, ...] | None = None
+        self._rows: dict[int, tuple[int, ...]] = {}
         self._first: np.ndarray | None = None
         self._native = None
         self.table.flags.writeable = False
@@ -197,16 +199,16 @@ class ByteDFA(ByteWalk):
             state = self.step(state, out[-1])
         return bytes(out)
 
-    def _row(self, state: int) -> list[int]:
-        """`state`'s next states per byte class, as a list (cached: a walk steps in Python)."""
-        row = self._rows[state]
+    def _row(self, state: int) -> tuple[int, ...]:
+        """`state`'s next states per byte class (cached: a walk steps in Python)."""
+        row = self._rows.get(state)
         if row is None:
-            row = self._rows[state] = self.table[state].tolist()
+            row = self._rows[state] = tuple(self.table[state].tolist())
         return row
 
     def step(self, state: int, byte: int) -> int:
         if self._class_of is None:
-            self._class_of = self.classes.tolist()
+            self._class_of = tuple(self.classes.tolist())
         return self._row(state)[self._class_of[byte]]
 
     def forced_bytes(self, state: int) -> bytes:
