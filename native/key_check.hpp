@@ -85,7 +85,8 @@ class KeyCheck {
   private:
     // The tokens whose texts start with `prefix`: a range of `vocabulary_.sorted`.
     std::pair<size_t, size_t> with_prefix(std::string_view prefix) const;
-    // Each selected token once, in order: the ranges of `sorted` and the ids of `listed`.
+    // Visit each risky token (a token in two selections twice): ranges of the sorted tokens
+    // whose texts spell the rest of an earlier key, then one of the listed selections.
     template <class Visit>
     void each_risky(const KeyState& state, Visit&& visit) const;
 
