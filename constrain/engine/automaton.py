@@ -113,7 +113,8 @@ class TextCheck(Protocol):
         include tokens the grammar refuses, which must not raise."""
 
     def refusals(self, state: Hashable, vocab: Vocabulary) -> np.ndarray:
-        """Every token `feed` refuses from `state` (`refused` of the `risky_tokens`)."""
+        """`refused` of the `risky_tokens`: among them, every token the grammar may allow
+        here and `feed` refuses (what a mask must clear, whatever the grammar state)."""
 
     def state_key(self, state: Hashable) -> bytes | None:
         """What `refusals` depends on at `state`, to share them between states and

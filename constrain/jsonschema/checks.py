@@ -177,7 +177,7 @@ class JsonChecks:
         return np.array(out, dtype=np.int64)
 
     def refusals(self, state: _State, vocab: Vocabulary) -> np.ndarray:
-        """Every token `feed` refuses from `state`."""
+        """The risky tokens `feed` refuses from `state` (see `TextCheck.refusals`)."""
         return self.refused(state, self.risky_tokens(state, vocab), vocab)
 
     def state_key(self, state: _State) -> bytes | None:
