@@ -359,8 +359,7 @@ std::vector<int64_t> KeyCheck::refused(const KeyState& state, const int64_t* tok
 
 std::vector<int64_t> KeyCheck::refusals(const KeyState& state) const {
     std::vector<int64_t> risky_tokens = risky(state);
-    std::vector<int64_t> out = refused(state, risky_tokens.data(), risky_tokens.size());
-    return out;  // sorted: the risky tokens are
+    return refused(state, risky_tokens.data(), risky_tokens.size());  // sorted, as they are
 }
 
 }  // namespace constrain

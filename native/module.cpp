@@ -201,8 +201,6 @@ KeyVocabulary key_vocabulary_from(const py::list& texts, const Array<int64_t>& s
     return out;
 }
 
-std::string bytes_of(const py::bytes& data) { return std::string(data); }
-
 void bind_key_check(py::module_& m) {
     using State = std::shared_ptr<KeyState>;
     py::class_<KeyState, State>(
@@ -213,7 +211,7 @@ void bind_key_check(py::module_& m) {
         .def(
             "fed",
             [](const State& self, const py::bytes& data) -> py::object {
-                std::string bytes = bytes_of(data);
+                std::string bytes(data);
                 auto out = std::make_shared<KeyState>();
                 if (!feed_keys(*self, reinterpret_cast<const uint8_t*>(bytes.data()),
                                bytes.size(), *out))
@@ -254,7 +252,7 @@ void bind_key_check(py::module_& m) {
         "decode_key",
         [](const py::bytes& text) -> py::object {
             std::string value;
-            if (!decode_key(bytes_of(text), value)) return py::none();
+            if (!decode_key(std::string(text), value)) return py::none();
             return py::bytes(value);
         },
         py::arg("text"),
