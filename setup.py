@@ -14,6 +14,7 @@ SOURCES = [
     "native/key_check.cpp",
     "native/lexer.cpp",
     "native/masks.cpp",
+    "native/token_steps.cpp",
     "native/trie.cpp",
     "native/module.cpp",
 ]
@@ -46,10 +47,13 @@ native = Pybind11Extension(
     depends=[
         "native/admits.hpp",
         "native/cfg.hpp",
+        "native/counted.hpp",
         "native/earley.hpp",
         "native/escapes.hpp",
         "native/lexer.hpp",
         "native/masks.hpp",
+        "native/texts.hpp",
+        "native/token_steps.hpp",
         "native/trie.hpp",
         "native/json_keys.hpp",
         "native/key_check.hpp",

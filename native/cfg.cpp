@@ -9,7 +9,6 @@ namespace constrain {
 
 namespace {
 
-constexpr int32_t kFresh = 0;       // lexer state: no lexeme in progress
 constexpr int64_t kFoundPerUnit = 16;  // tokens and lexeme ends a walk finds per unit burnt
 
 bool intersects(const std::vector<int>& a, const std::vector<int32_t>& b) {
@@ -94,6 +93,12 @@ NodeRef CFGCore::end(const NodeRef& node, int32_t tag, Meter& meter) {
     std::sort(scanned.begin(), scanned.end());
     if (!scanned.empty()) return parser_.scan(node, scanned, meter);
     return intersects(tags, ignore_) ? node : nullptr;
+}
+
+NodeRef CFGCore::after_lexeme(const NodeRef& node, int32_t s, Meter& meter) {
+    if (s == kFresh) return node;
+    const int32_t tag = lexer_->tag(s);
+    return tag ? end(node, tag, meter) : nullptr;
 }
 
 bool CFGCore::step(NodeRef& node, int32_t& s, const uint8_t* data, size_t n, Meter& meter) {

@@ -66,12 +66,17 @@ public:
     CFGCore(std::shared_ptr<Lexer> lexer, DottedRules rules, std::vector<int32_t> ignore,
             std::vector<int32_t> specials, size_t max_items, Meter& meter);
 
+    static constexpr int32_t kFresh = 0;  // lexer state: no lexeme in progress
+
     EarleyParser& parser() { return parser_; }
     Lexer& lexer() { return *lexer_; }
     // The lexer state where the lexemes `node` allows (and the ignored ones) start.
     int32_t start_of(ChartNode& node);
     // The node after a lexeme of `tag` ends at `node` (ignored lexemes skipped); null if none.
     NodeRef end(const NodeRef& node, int32_t tag, Meter& meter);
+    // The node reached if the lexeme in progress ends now (`node` if none started); null if
+    // it cannot end there.
+    NodeRef after_lexeme(const NodeRef& node, int32_t s, Meter& meter);
     // Reads `data` from (node, s) in place; false once no continuation is in the language.
     bool step(NodeRef& node, int32_t& s, const uint8_t* data, size_t n, Meter& meter);
     // Whether every string of `language` (and each prefix) read from (node, s) keeps it live

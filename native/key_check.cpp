@@ -261,6 +261,7 @@ bool feed_keys(const KeyState& from, const uint8_t* data, size_t n, KeyState& ou
 
 KeyCheck::KeyCheck(KeyVocabulary vocabulary, bool escapes)
     : vocabulary_(std::move(vocabulary)), escapes_(escapes) {
+    if (!vocabulary_.texts) throw std::invalid_argument("the token texts are needed");
     const int64_t size = vocabulary_.size();
     auto check = [&](const std::vector<int64_t>& ids) {
         for (int64_t t : ids)

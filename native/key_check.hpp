@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "json_keys.hpp"
+#include "texts.hpp"
 
 namespace constrain {
 
@@ -55,17 +56,13 @@ bool feed_keys(const KeyState& from, const uint8_t* data, size_t n, KeyState& ou
 
 // A vocabulary's token texts and the selections the check reads (computed by the caller).
 struct KeyVocabulary {
-    std::vector<uint8_t> bytes;
-    std::vector<int64_t> offsets{0};       // token t is bytes[offsets[t], offsets[t + 1])
+    std::shared_ptr<const TokenTexts> texts;
     std::vector<int64_t> sorted;           // the text tokens in byte order
     std::vector<std::vector<int64_t>> quotes;  // [n]: the tokens with at least n quotes
     std::vector<int64_t> exits;            // tokens that leave a string and complete a value
     std::vector<int64_t> exits_or_escapes; // those and the tokens holding a backslash
-    std::string_view text(int64_t token) const {
-        return {reinterpret_cast<const char*>(bytes.data() + offsets[size_t(token)]),
-                size_t(offsets[size_t(token) + 1] - offsets[size_t(token)])};
-    }
-    int64_t size() const { return int64_t(offsets.size()) - 1; }
+    std::string_view text(int64_t token) const { return texts->text(token); }
+    int64_t size() const { return texts->size(); }
 };
 
 // The check over one vocabulary (`escapes`: the grammar admits every spelling of a string).

@@ -305,12 +305,6 @@ SliceDecision MaskFiller::decided(const NodeRef& node, int32_t s, Meter& meter) 
     return decision;
 }
 
-NodeRef MaskFiller::after_lexeme(const NodeRef& node, int32_t s, Meter& meter) {
-    if (s == 0) return node;
-    const int32_t tag = core_->lexer().tag(s);
-    return tag ? core_->end(node, tag, meter) : nullptr;
-}
-
 bool MaskFiller::fill(const NodeRef& node, int32_t s, uint32_t* row, Meter& meter) {
     if (!node) throw std::invalid_argument("a chart node is required");
     if (s < 0 || size_t(s) >= core_->lexer().n_states())
@@ -336,7 +330,7 @@ bool MaskFiller::fill(const NodeRef& node, int32_t s, uint32_t* row, Meter& mete
                     piece.each_token(*slices_->trie, [row](int32_t t) { set_bit(row, t); });
                 },
                 text_below_.slices ? &text_below_ : nullptr);
-    NodeRef after = after_lexeme(node, s, meter);
+    NodeRef after = core_->after_lexeme(node, s, meter);
     if (after) {
         for (const auto& [lexeme, token] : specials_)
             if (std::binary_search(after->expected.begin(), after->expected.end(), lexeme))

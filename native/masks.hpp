@@ -102,7 +102,6 @@ private:
     // Whether a string of the slice read from lexer state `s` may end the lexeme in progress
     // (where the lexer alone refuses it, the automaton may admit it across the end).
     bool ends_inside(int32_t s, int slice);
-    NodeRef after_lexeme(const NodeRef& node, int32_t s, Meter& meter);
 
     std::shared_ptr<CFGCore> core_;
     std::shared_ptr<const Slices> slices_;

@@ -8,6 +8,7 @@
 #include "admits.hpp"
 #include "cfg.hpp"
 #include "masks.hpp"
+#include "token_steps.hpp"
 #include "key_check.hpp"
 #include "lexer.hpp"
 #include "trie.hpp"
@@ -183,22 +184,41 @@ Trie trie_from(const py::object& t) {
     return trie;
 }
 
-// Every token's bytes, concatenated (a vocabulary's texts, copied once).
 // Every token's bytes and what the duplicate-key check selects among them (see KeyVocabulary).
-KeyVocabulary key_vocabulary_from(const py::list& texts, const Array<int64_t>& sorted,
-                                  const py::list& quotes, const Array<int64_t>& exits,
+KeyVocabulary key_vocabulary_from(std::shared_ptr<const TokenTexts> texts,
+                                  const Array<int64_t>& sorted, const py::list& quotes,
+                                  const Array<int64_t>& exits,
                                   const Array<int64_t>& exits_or_escapes) {
     KeyVocabulary out;
-    for (const py::handle& text : texts) {
-        std::string data = text.cast<std::string>();
-        out.bytes.insert(out.bytes.end(), data.begin(), data.end());
-        out.offsets.push_back(int64_t(out.bytes.size()));
-    }
+    out.texts = std::move(texts);
     out.sorted = to_vector(sorted);
     for (const py::handle& ids : quotes) out.quotes.push_back(to_vector(ids.cast<Array<int64_t>>()));
     out.exits = to_vector(exits);
     out.exits_or_escapes = to_vector(exits_or_escapes);
     return out;
+}
+
+void bind_texts(py::module_& m) {
+    py::class_<TokenTexts, std::shared_ptr<TokenTexts>>(
+        m, "TokenTexts", "A vocabulary's token texts, copied once for the native objects.")
+        .def(py::init([](const py::iterable& texts) {
+                 auto out = std::make_shared<TokenTexts>();
+                 for (const py::handle& text : texts) {
+                     std::string_view data = text.cast<py::bytes>();
+                     out->bytes.insert(out->bytes.end(), data.begin(), data.end());
+                     out->offsets.push_back(int64_t(out->bytes.size()));
+                 }
+                 return out;
+             }),
+             py::arg("texts"), "From every id's bytes in id order (b\"\": no text).")
+        .def("__len__", &TokenTexts::size)
+        .def(
+            "__getitem__",
+            [](const TokenTexts& t, int64_t token) {
+                if (token < 0 || token >= t.size()) throw py::index_error("token id out of range");
+                return py::bytes(std::string(t.text(token)));
+            },
+            py::arg("token"));
 }
 
 void bind_key_check(py::module_& m) {
@@ -225,11 +245,12 @@ void bind_key_check(py::module_& m) {
             "What the refusals depend on, as bytes (equal exactly when they are).");
     py::class_<KeyCheck>(m, "KeyCheck",
                          "The duplicate-key check over one vocabulary: which tokens it refuses.")
-        .def(py::init([](const py::list& texts, const Array<int64_t>& sorted,
+        .def(py::init([](std::shared_ptr<TokenTexts> texts, const Array<int64_t>& sorted,
                          const py::list& quotes, const Array<int64_t>& exits,
                          const Array<int64_t>& exits_or_escapes, bool escapes) {
                  return KeyCheck(
-                     key_vocabulary_from(texts, sorted, quotes, exits, exits_or_escapes),
+                     key_vocabulary_from(std::move(texts), sorted, quotes, exits,
+                                         exits_or_escapes),
                      escapes);
              }),
              py::arg("texts"), py::arg("sorted"), py::arg("quotes"), py::arg("exits"),
@@ -398,6 +419,41 @@ void bind_cfg(py::module_& m) {
             Hold hold(f.core().lexer());
             return f.pieces().bytes();
         });
+
+    py::class_<TokenSteps>(m, "TokenSteps", "A grammar read token by token over one vocabulary.")
+        .def(py::init([](std::shared_ptr<CFGCore> core, std::shared_ptr<TokenTexts> texts,
+                         std::vector<std::pair<int32_t, int64_t>> specials,
+                         std::vector<int64_t> eos) {
+                 try {
+                     return std::make_unique<TokenSteps>(std::move(core), std::move(texts),
+                                                         std::move(specials), std::move(eos));
+                 } catch (const std::invalid_argument& e) {
+                     throw py::value_error(e.what());
+                 }
+             }),
+             py::arg("core"), py::arg("texts"), py::arg("specials"), py::arg("eos"))
+        .def(
+            "step",
+            [](TokenSteps& t, NodeRef node, int32_t s, int64_t token,
+               Meter& meter) -> py::object {
+                Hold hold(t.core().lexer());
+                node_given(node);
+                lexer_state_given(t.core(), s);
+                if (!t.step(node, s, token, meter)) return py::none();
+                return py::make_tuple(std::move(node), s);
+            },
+            py::arg("node"), py::arg("s"), py::arg("token"), py::arg("meter"),
+            "The state after text or special `token` (not EOS), or None when it is not allowed.")
+        .def(
+            "allows",
+            [](TokenSteps& t, const NodeRef& node, int32_t s, int64_t token, Meter& meter) {
+                Hold hold(t.core().lexer());
+                node_given(node);
+                lexer_state_given(t.core(), s);
+                return t.allows(node, s, token, meter);
+            },
+            py::arg("node"), py::arg("s"), py::arg("token"), py::arg("meter"),
+            "Whether `token` is allowed: EOS where the text is complete, else as `step`.");
 
     m.def(
         "fill_batch",
@@ -757,5 +813,6 @@ PYBIND11_MODULE(native, m) {
 
     bind_cfg(m);
 
+    bind_texts(m);
     bind_key_check(m);
 }

@@ -33,19 +33,30 @@ def assert_same_masks(grammar: cn.Grammar, vocab, tokens: list[int]) -> bool:
     text is complete."""
     python = cn.Constraint(grammar.with_engine("python"), vocab).start()
     native = cn.Constraint(grammar.with_engine("native"), vocab).start()
+    # the native check reads each token in one call (`native.TokenSteps`), not the mask
+    checks = cn.Constraint(grammar.with_engine("native"), vocab).start()
+    rng = np.random.default_rng(len(tokens))
     for i, token in enumerate(tokens):
         a, b = python.mask(), native.mask()
         if not np.array_equal(a, b):
             diff = np.flatnonzero(a != b)[:10].tolist()
             texts = [vocab.token_bytes(t) for t in diff]
             pytest.fail(f"masks differ at token {i}: ids {diff} {texts} (python has {a[diff]})")
+        probes = [
+            *rng.integers(0, vocab.size, 24).tolist(),
+            *rng.choice(vocab.size, 8, p=a / a.sum()),
+        ]
+        for probe in [*probes, *vocab.eos_ids, *vocab.special_ids.values()]:
+            assert checks.check(int(probe)) == a[probe], (i, int(probe))
         ok = python.check(token)
         assert native.check(token) == ok, (i, token)
         if not ok:
             return False
         python.advance(token)
         native.advance(token)
+        checks.advance(token)
     assert np.array_equal(python.mask(), native.mask()), "after the last token"
+    assert checks.accepting() == python.accepting()
     assert python.accepting() == native.accepting()
     return python.accepting()
 
@@ -165,6 +176,40 @@ def _random_walk(data, grammar, vocab, steps: int, favoured: np.ndarray | None =
         native.advance(token)
 
 
+def test_special_token_steps_are_the_reference():
+    """Every sequence of up to four tokens over a vocabulary with special tokens, EOS and
+    padding: the native token steps (`check`, `advance`) agree with the Python engine's
+    masks and steps, a special token ending the lexeme in progress."""
+    from constrain.engine.vocab import Vocabulary
+
+    grammar = cn.Grammar.from_lark(
+        'start: NAME SEP NAME (SEP | "!")?\nNAME: /[ab]+/\nWS: " "\n%ignore WS\n%declare SEP\n',
+        special_tokens={"SEP": "<|sep|>"},
+    )
+    vocab = Vocabulary(
+        [b"a", b"b", b"ab", b" ", b"a b", None, None, None, b"!", None],
+        eos_ids=[7], special_ids={"<|sep|>": 5, "<|other|>": 6},
+    )  # fmt: skip
+    python = cn.Constraint(grammar.with_engine("python"), vocab)
+    native = cn.Constraint(grammar.with_engine("native"), vocab)
+    assert native.token_automaton.native_steps is not None
+    frontier = [[]]
+    for _ in range(4):
+        grown = []
+        for prefix in frontier:
+            p, n = python.start(), native.start()
+            p.advance_many(prefix)
+            n.advance_many(prefix)
+            allowed = p.mask()
+            for token in range(vocab.size):
+                assert n.check(token) == allowed[token] == p.check(token), (prefix, token)
+                if allowed[token] and token not in vocab.eos_ids:
+                    grown.append([*prefix, token])
+            assert n.accepting() == p.accepting(), prefix
+        frontier = grown
+    assert len(frontier) > 20
+
+
 def test_lexer_limit_is_a_grammar_error(monkeypatch):
     """The state budget holds in the native lexer and is reported as the Python one reports
     it: a `GrammarError` naming the terminals."""
@@ -174,6 +219,12 @@ def test_lexer_limit_is_a_grammar_error(monkeypatch):
     grammar = cn.Grammar.from_lark("start: WORD\nWORD: /[a-z]{1,20}/").with_engine("native")
     with pytest.raises(cn.GrammarError, match="WORD"):
         grammar.automaton.step(grammar.automaton.start, b"abcdefghij")
+    from constrain.engine.vocab import Vocabulary
+
+    vocab = Vocabulary([b"abcdefghijk", None], eos_ids=[1])
+    for read in (lambda m: m.check(0), lambda m: m.advance(0)):  # one native call per token
+        with pytest.raises(cn.GrammarError, match="WORD"):
+            read(cn.Constraint(grammar, vocab).start())
 
 
 def test_unknown_engine_is_a_config_error():
@@ -692,12 +743,15 @@ def test_native_key_check_is_the_reference(escapes):
             piece = text[i : i + 2]
             for token in range(1, vocab.size, 7):
                 data = vocab.token_bytes(token)
-                assert native.allows(here, token, vocab) == (reference.feed(expected, data) is not None)
+                assert native.allows(here, token, vocab) == (
+                    reference.feed(expected, data) is not None
+                )
             wanted = reference.refusals(expected, vocab)
             assert native.refusals(here, vocab).tolist() == wanted.tolist(), text[:i]
-            assert native.risky_tokens(here, vocab).tolist() == reference.risky_tokens(
-                expected, vocab
-            ).tolist()
+            assert (
+                native.risky_tokens(here, vocab).tolist()
+                == reference.risky_tokens(expected, vocab).tolist()
+            )
             refusals += len(wanted)
             expected, here = reference.feed(expected, piece), native.feed(here, piece)
             assert (here is None) == (expected is None), text[: i + 2]

@@ -15,7 +15,9 @@ A `Matcher` never looks inside a grammar. It needs, for an opaque hashable *stat
 * ``special_texts``, ``allowed_specials(state)``, ``step_special(state, text)``: special tokens
   (``<|im_end|>``) the grammar uses as terminals, those allowed next, and reading one;
 * ``native_masks(slices, special_ids, eos_ids)``: whole masks in one native call each, when
-  the automaton has them (None: the `TokenAutomaton` assembles masks from the above).
+  the automaton has them (None: the `TokenAutomaton` assembles masks from the above);
+* ``native_steps(vocab, special_ids, eos_ids)``: a token's step and check in one native call
+  each, when the automaton has them (None: the `TokenAutomaton` steps its bytes).
 
 `DFAAutomaton` implements it for regexes and choices; the grammar engine implements it for
 context-free grammars.
@@ -76,6 +78,13 @@ class Automaton(Protocol):
         can (None: `TokenAutomaton` computes them from `token_ids`, `admits`, ...)."""
         ...
 
+    def native_steps(
+        self, vocab: Vocabulary, special_ids: dict[str, int], eos_ids: list[int]
+    ) -> NativeTokenSteps | None:
+        """Tokens of `vocab` read natively, one call per token, when the automaton can
+        (None: `TokenAutomaton` steps the token's bytes with `step`)."""
+        ...
+
 
 class NativeMaskSource(Protocol):
     """A grammar's whole masks over one vocabulary, each in one native call (many at once:
@@ -85,6 +94,18 @@ class NativeMaskSource(Protocol):
 
     def bitmask(self, state: Hashable) -> tuple[np.ndarray, bool]:
         """The packed mask of `state` (int32, writable) and whether it allows any token."""
+        ...
+
+
+class NativeTokenSteps(Protocol):
+    """A grammar read token by token over one vocabulary, one native call per token."""
+
+    def step(self, state: Hashable, token: int) -> Hashable | None:
+        """The state after text or special `token` (not EOS); None when it is not allowed."""
+        ...
+
+    def allows(self, state: Hashable, token: int) -> bool:
+        """`token` is allowed at `state`: EOS where the text is complete, else as `step`."""
         ...
 
 
@@ -169,6 +190,9 @@ class DFAAutomaton:
 
     def native_masks(self, slices, special_ids, eos_ids) -> None:
         return None  # a DFA's walk is one native call already
+
+    def native_steps(self, vocab, special_ids, eos_ids) -> None:
+        return None  # a DFA step is a table lookup per byte
 
     def walk_admitted(
         self, state: int, data: np.ndarray, lengths: np.ndarray

@@ -3,7 +3,8 @@
 A `TokenAutomaton` is a grammar's byte automaton read through a vocabulary. It owns what
 every sequence can share: the token masks (packed bitmasks), computed lazily (one native call
 per automaton state where the grammar has native masks, else a trie walk, on first visit) and
-cached by state, and the state after a token, cached by (state, token). `prefill_masks`
+cached by state, and the state after a token: one native call where the grammar has native
+steps, else cached by (state, token). `prefill_masks`
 computes the missing masks of a whole batch at once, on threads without the GIL.
 
 A `Matcher` is one sequence's position in it: a stack of states, one per consumed token, so
@@ -29,7 +30,7 @@ from typing import Protocol
 import numpy as np
 
 from constrain.engine import bitmask
-from constrain.engine.automaton import NativeMaskSource
+from constrain.engine.automaton import NativeMaskSource, NativeTokenSteps
 from constrain.engine.cache import BoundedCache
 from constrain.engine.grammar import Grammar
 from constrain.engine.grammar.ir import token_id_reference
@@ -137,6 +138,10 @@ class TokenAutomaton:
         self.special_texts = _by_id(self.special_ids)
         self._native_masks: NativeMaskSource | None = None  # built on first use
         self._native_masks_asked = False
+        # a token's step in one native call (then uncached: it costs less than a lookup)
+        self.native_steps: NativeTokenSteps | None = self.automaton.native_steps(
+            vocab, self.special_ids, list(vocab.eos_ids)
+        )
 
     def bitmask_for(self, state: Hashable) -> np.ndarray:
         """Allowed next tokens at automaton `state`, packed (`constrain.engine.bitmask`; int32,
@@ -205,7 +210,10 @@ class TokenAutomaton:
 
     def step(self, state: Hashable, token: int) -> Hashable | None:
         """The state after a text or special token (not EOS), or None if it is not allowed.
-        Cached: a sampler checks a token and then advances with it, and states recur."""
+        Cached where the automaton steps in Python: a sampler checks a token and then
+        advances with it, and states recur."""
+        if self.native_steps is not None:
+            return self.native_steps.step(state, token)
         key = (state, token)
         nxt = self.steps.get(key, _UNKNOWN)
         if nxt is _UNKNOWN:
@@ -243,6 +251,8 @@ class TokenAutomaton:
     def step_once(self, state: Hashable, token: int) -> Hashable | None:
         """`step` without its cache: for sweeps over every allowed token of a state, whose
         steps would only push the recurring ones out of the cache."""
+        if self.native_steps is not None:
+            return self.native_steps.step(state, token)
         special = self.special_texts.get(token)
         if special is not None:
             return self.automaton.step_special(state, special)
@@ -294,6 +304,8 @@ class Matcher:
         if state is FINISHED:
             return False
         a = self.automaton
+        if a.native_steps is not None:
+            return a.native_steps.allows(state, token)
         if token in a.eos:
             return a.automaton.accepting(state)
         packed = a.masks.get(state)

@@ -179,6 +179,14 @@ class Vocabulary:
         return tuple(b or b"" for b in self._bytes) + (b"",) * (self.size - len(self._bytes))
 
     @cached_property
+    def native_texts(self):
+        """`texts` copied once into the native core (`native.TokenTexts`), for the native
+        objects that read tokens' bytes."""
+        from constrain.engine.native import TokenTexts
+
+        return TokenTexts(self.texts)
+
+    @cached_property
     def text_token_ids(self) -> np.ndarray:
         """Ids of all tokens that contribute text (int64, ascending)."""
         return np.array([i for i, b in enumerate(self._bytes) if b], dtype=np.int64)

@@ -486,7 +486,7 @@ def _key_check(vocab: Vocabulary, escapes: bool):
 
     table = _byte_table(vocab)
     return KeyCheck(
-        list(vocab.texts),
+        vocab.native_texts,
         vocab.trie.tokens,
         [table.selected(("quotes", n)) for n in range(1, 6)],
         table.selected(("exit",)),

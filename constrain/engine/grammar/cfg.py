@@ -48,10 +48,10 @@ from constrain.engine.grammar.ir import GrammarIR
 from constrain.engine.grammar.lexer import Piece
 from constrain.engine.grammar.lexers import NativeLexer, make_lexer
 from constrain.engine.grammar.lint import check_lexeme_ends
-from constrain.engine.grammar.native_chart import NativeChart, NativeMasks
+from constrain.engine.grammar.native_chart import NativeChart, NativeMasks, NativeSteps
 from constrain.engine.regex import ByteDFA
 from constrain.engine.slices import VocabularySlices
-from constrain.engine.vocab import TokenTrie
+from constrain.engine.vocab import TokenTrie, Vocabulary
 from constrain.fuel import burn
 
 __all__ = ["CFGAutomaton"]
@@ -257,6 +257,15 @@ class CFGAutomaton:
             return None
         specials = [(i, special_ids[self.lexeme_table[i].special]) for i in sorted(self.specials)]
         return self._native.masks(slices, specials, eos_ids, (_PIECES_KEPT, self.max_piece_bytes))
+
+    def native_steps(
+        self, vocab: Vocabulary, special_ids: dict[str, int], eos_ids: list[int]
+    ) -> NativeSteps | None:
+        """Tokens of `vocab` read in native code (None: a Python lexer)."""
+        if self._native is None:
+            return None
+        specials = [(i, special_ids[self.lexeme_table[i].special]) for i in sorted(self.specials)]
+        return self._native.token_steps(vocab.native_texts, specials, eos_ids)
 
     def token_ids(self, state: tuple, trie: TokenTrie) -> np.ndarray:
         cache = self._pieces.get(trie)

@@ -94,11 +94,15 @@ class NativeLexer:
         try:
             return fn(*args)
         except self._native_module.LexerLimit as exc:
-            names = sorted({self._table[j].name for j in exc.lexemes})
-            raise GrammarError(
-                f"the lexer exceeds {MAX_LEXER_STATES} states (reached with terminals "
-                f"{', '.join(names[:8])}{', ...' if len(names) > 8 else ''})"
-            ) from None
+            raise self.limit_error(exc) from None
+
+    def limit_error(self, exc: Exception) -> GrammarError:
+        """The error to raise for the native `LexerLimit` `exc`, naming its terminals."""
+        names = sorted({self._table[j].name for j in exc.lexemes})
+        return GrammarError(
+            f"the lexer exceeds {MAX_LEXER_STATES} states (reached with terminals "
+            f"{', '.join(names[:8])}{', ...' if len(names) > 8 else ''})"
+        )
 
     @property
     def n_states(self) -> int:

@@ -23,7 +23,7 @@ from constrain.engine.slices import VocabularySlices
 from constrain.engine.vocab import TokenTrie
 from constrain.fuel import burn, units_left
 
-__all__ = ["NativeChart", "NativeMasks", "fill_batch"]
+__all__ = ["NativeChart", "NativeMasks", "NativeSteps", "fill_batch"]
 
 _RULE_END = -(2**31)  # next_sym of a dotted rule at its end, in C++ (None in Python)
 _UNMETERED = 2**62
@@ -45,7 +45,7 @@ class NativeChart:
         self.lexer = lexer
         # for calls with no fuel active (what it counts is never read; the grammar's lock
         # guards it, as every call on this grammar)
-        self._unmetered = native.Meter(_UNMETERED)
+        self.unmetered = native.Meter(_UNMETERED)
         self.next_sym, self.lhs = rules.next_sym, rules.lhs
         self.accept_item = 1
         next_sym = np.array(
@@ -69,7 +69,7 @@ class NativeChart:
         """`fn(*args, meter)` given the active fuel's units; burns what it used."""
         left = units_left()
         if left is None:
-            return self.lexer.call(fn, *args, self._unmetered)
+            return self.lexer.call(fn, *args, self.unmetered)
         meter = self.native.Meter(left)
         try:
             return self.lexer.call(fn, *args, meter)
@@ -127,6 +127,11 @@ class NativeChart:
         token; `max_pieces`: entries and bytes of the trie walks kept)."""
         return NativeMasks(self, slices, specials, eos, max_pieces)
 
+    def token_steps(self, texts, specials: list[tuple[int, int]], eos: list[int]) -> NativeSteps:
+        """Tokens read one native call each (`texts`: the vocabulary's `native.TokenTexts`;
+        `specials`: special lexeme and its token)."""
+        return NativeSteps(self, texts, specials, eos)
+
     def piece_cache(self, max_entries: int, max_bytes: int):
         """An empty cache of mask pieces, for one trie."""
         return self.native.PieceCache(max_entries, max_bytes)
@@ -166,6 +171,33 @@ class NativeMasks:
     def piece_bytes(self) -> int:
         """Bytes the trie walks kept hold (bounded by `max_pieces`)."""
         return self._filler.piece_bytes
+
+
+class NativeSteps:
+    """A grammar read token by token over one vocabulary (`native.TokenSteps`): what
+    `TokenAutomaton.step_once` does with the token's bytes, in one native call. With no fuel
+    active, the calls skip `NativeChart.metered`: this is a sampler's hot path."""
+
+    def __init__(self, chart: NativeChart, texts, specials: list[tuple[int, int]], eos: list[int]):
+        self._chart = chart
+        self._steps = chart.native.TokenSteps(chart.core, texts, specials, eos)
+        self._limit = chart.native.LexerLimit
+
+    def step(self, state: tuple, token: int) -> tuple | None:
+        if units_left() is not None:
+            return self._chart.metered(self._steps.step, state[0], state[1], token)
+        try:
+            return self._steps.step(state[0], state[1], token, self._chart.unmetered)
+        except self._limit as exc:
+            raise self._chart.lexer.limit_error(exc) from None
+
+    def allows(self, state: tuple, token: int) -> bool:
+        if units_left() is not None:
+            return self._chart.metered(self._steps.allows, state[0], state[1], token)
+        try:
+            return self._steps.allows(state[0], state[1], token, self._chart.unmetered)
+        except self._limit as exc:
+            raise self._chart.lexer.limit_error(exc) from None
 
 
 def fill_batch(jobs: list[tuple[NativeMasks, tuple]], out: np.ndarray, threads: int) -> list[bool]:

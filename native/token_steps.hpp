@@ -1,0 +1,39 @@
+// A grammar read token by token over one vocabulary: the state after a token and whether a
+// token is allowed, one native call each (what a sampler's check and a sequence's advance
+// ask). The reference is TokenAutomaton.step_once (constrain/engine/matcher.py) over
+// CFGAutomaton.step and step_special (constrain/engine/grammar/cfg.py).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "cfg.hpp"
+#include "texts.hpp"
+
+namespace constrain {
+
+class TokenSteps {
+public:
+    // `specials`: (special lexeme, its token id); `eos`: the end-of-sequence ids.
+    // Throws std::invalid_argument when an id is outside the texts.
+    TokenSteps(std::shared_ptr<CFGCore> core, std::shared_ptr<const TokenTexts> texts,
+               std::vector<std::pair<int32_t, int64_t>> specials, std::vector<int64_t> eos);
+    // Reads text or special `token` (not EOS) from (node, s) in place; false when the token
+    // is not allowed there (and for ids with no text that are not special, or out of range).
+    bool step(NodeRef& node, int32_t& s, int64_t token, Meter& meter);
+    // Whether `token` is allowed at (node, s): EOS where the text is complete, else `step`.
+    bool allows(const NodeRef& node, int32_t s, int64_t token, Meter& meter);
+    // The text so far is complete: the lexeme in progress may end and the parser accepts.
+    bool accepting(const NodeRef& node, int32_t s, Meter& meter);
+    CFGCore& core() { return *core_; }
+
+private:
+    std::shared_ptr<CFGCore> core_;
+    std::shared_ptr<const TokenTexts> texts_;
+    std::vector<std::pair<int32_t, int64_t>> specials_;  // sorted by token
+    std::vector<int64_t> eos_;                           // sorted
+};
+
+}  // namespace constrain
