@@ -255,7 +255,7 @@ class CFGAutomaton:
         """Whole masks over the vocabulary of `slices` in native code (None: a Python lexer)."""
         if self._native is None:
             return None
-        specials = [(i, special_ids[self.lexeme_table[i].special]) for i in sorted(self.specials)]
+        specials = self._special_tokens(special_ids)
         return self._native.masks(slices, specials, eos_ids, (_PIECES_KEPT, self.max_piece_bytes))
 
     def native_steps(
@@ -264,8 +264,12 @@ class CFGAutomaton:
         """Tokens of `vocab` read in native code (None: a Python lexer)."""
         if self._native is None:
             return None
-        specials = [(i, special_ids[self.lexeme_table[i].special]) for i in sorted(self.specials)]
+        specials = self._special_tokens(special_ids)
         return self._native.token_steps(vocab.native_texts, specials, eos_ids)
+
+    def _special_tokens(self, special_ids: dict[str, int]) -> list[tuple[int, int]]:
+        """(special lexeme, its token id) for each special terminal."""
+        return [(i, special_ids[self.lexeme_table[i].special]) for i in sorted(self.specials)]
 
     def token_ids(self, state: tuple, trie: TokenTrie) -> np.ndarray:
         cache = self._pieces.get(trie)

@@ -184,18 +184,17 @@ class NativeSteps:
         self._limit = chart.native.LexerLimit
 
     def step(self, state: tuple, token: int) -> tuple | None:
-        if units_left() is not None:
-            return self._chart.metered(self._steps.step, state[0], state[1], token)
-        try:
-            return self._steps.step(state[0], state[1], token, self._chart.unmetered)
-        except self._limit as exc:
-            raise self._chart.lexer.limit_error(exc) from None
+        return self._call(self._steps.step, state, token)
 
     def allows(self, state: tuple, token: int) -> bool:
+        return self._call(self._steps.allows, state, token)
+
+    def _call(self, fn, state: tuple, token: int):
+        """`fn(node, s, token, meter)`: `NativeChart.metered` with fuel, else inline."""
         if units_left() is not None:
-            return self._chart.metered(self._steps.allows, state[0], state[1], token)
+            return self._chart.metered(fn, state[0], state[1], token)
         try:
-            return self._steps.allows(state[0], state[1], token, self._chart.unmetered)
+            return fn(state[0], state[1], token, self._chart.unmetered)
         except self._limit as exc:
             raise self._chart.lexer.limit_error(exc) from None
 
