@@ -20,6 +20,7 @@ timeouts) still hold there. Third-party code (lark's loader) is metered per Pyth
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import sys
 import time
@@ -101,20 +102,30 @@ class Fuel:
     def metering_calls(self, also: Fuel | None = None, units: int = 1) -> Iterator[None]:
         """Burn one unit per Python function call made in this thread while the block runs
         (and `units` of `also`, the fuel of the whole input): the meter for third-party code
-        that burns nothing itself (it runs about 3x slower)."""
+        that burns nothing itself (it runs about 3x slower). Finalizers the garbage collector
+        runs meanwhile are not the block's work and burn nothing: the same input burns the
+        same units whenever a collection falls."""
+        collecting = False
+
+        def during_collection(phase, info):
+            nonlocal collecting
+            collecting = phase == "start"
 
         def per_call(frame, event, arg):
-            if event == "call":
+            if event == "call" and not collecting and frame.f_code is not own_code:
                 self.burn()
                 if also is not None:
                     also.burn(units)
 
+        own_code = during_collection.__code__
         previous = sys.getprofile()
+        gc.callbacks.append(during_collection)
         sys.setprofile(per_call)
         try:
             yield
         finally:
             sys.setprofile(previous)
+            gc.callbacks.remove(during_collection)
 
 
 def burn(units: int = 1) -> None:

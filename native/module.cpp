@@ -184,7 +184,7 @@ Trie trie_from(const py::object& t) {
     return trie;
 }
 
-// Every token's bytes and what the duplicate-key check selects among them (see KeyVocabulary).
+// The duplicate-key check's vocabulary: the shared texts and what it selects among them.
 KeyVocabulary key_vocabulary_from(std::shared_ptr<const TokenTexts> texts,
                                   const Array<int64_t>& sorted, const py::list& quotes,
                                   const Array<int64_t>& exits,

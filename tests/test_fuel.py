@@ -102,6 +102,38 @@ def test_real_grammars_load_well_within_the_call_cap():
     assert calls // LARK_UNITS_PER_CALL * 5 < LARK_MAX_CALLS
 
 
+def test_metered_calls_exclude_finalizers_run_by_the_collector():
+    """A collection inside a metered block runs other objects' finalizers (a Python
+    `EarleyParser.__del__` left by earlier work): their calls are not the block's."""
+    import gc
+
+    def helper() -> None:
+        pass
+
+    class Cycle:
+        def __init__(self):
+            self.me = self
+
+        def __del__(self):
+            helper()
+            helper()
+
+    def work() -> None:
+        for _ in range(10):
+            helper()
+        gc.collect()
+
+    gc.collect()
+    alone = Fuel(BIG)
+    with alone.metering_calls():
+        work()
+    Cycle()  # garbage in a cycle: only a collection frees it
+    beside = Fuel(BIG)
+    with beside.metering_calls():
+        work()
+    assert beside.used == alone.used > 0
+
+
 # -- (b) the same input burns the same units -----------------------------------------------------
 
 

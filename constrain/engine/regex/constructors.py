@@ -187,4 +187,3 @@ def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
         f" ... ({len(items)} strings)" if len(items) > 3 else ""
     )
     return ByteDFA.from_classes(trans, classes, acc, 1 if items else DEAD, summary)
-
