@@ -453,7 +453,22 @@ void bind_cfg(py::module_& m) {
                 return t.allows(node, s, token, meter);
             },
             py::arg("node"), py::arg("s"), py::arg("token"), py::arg("meter"),
-            "Whether `token` is allowed: EOS where the text is complete, else as `step`.");
+            "Whether `token` is allowed: EOS where the text is complete, else as `step`.")
+        .def(
+            "allows_checked",
+            [](TokenSteps& t, const NodeRef& node, int32_t s, int64_t token, const KeyCheck& keys,
+               const KeyState& here, Meter& meter) {
+                Hold hold(t.core().lexer());
+                node_given(node);
+                lexer_state_given(t.core(), s);
+                if (keys.size() != t.n_tokens())
+                    throw py::value_error("the key check is over another vocabulary");
+                return t.allows(node, s, token, meter) && keys.allows(here, token);
+            },
+            py::arg("node"), py::arg("s"), py::arg("token"), py::arg("keys"), py::arg("here"),
+            py::arg("meter"),
+            "`allows`, and the duplicate-key check `keys` lets the token through from its "
+            "state `here`: a sequence's whole check in one call.");
 
     m.def(
         "fill_batch",

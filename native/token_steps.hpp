@@ -28,6 +28,7 @@ public:
     // The text so far is complete: the lexeme in progress may end and the parser accepts.
     bool accepting(const NodeRef& node, int32_t s, Meter& meter);
     CFGCore& core() { return *core_; }
+    int64_t n_tokens() const { return texts_->size(); }
 
 private:
     std::shared_ptr<CFGCore> core_;

@@ -6,7 +6,8 @@ a `TextCheck` (`constrain.engine.automaton`), and `TextChecked` keeps the check'
 each automaton state: a token the check refuses is refused by `check`, `advance` and the masks
 alike, exactly as if the two were one constraint. Only the tokens the check names as risky in
 its current state are scanned by the masks, all of a mask's at once (`TextCheck.refused`; a
-JSON Schema's duplicate-key check is native whole); `advance` feeds every token. Where the
+JSON Schema's duplicate-key check is native whole); `advance` feeds every token. Where both
+the check and the automaton's token steps are native, `check` asks both in one native call. Where the
 check's state has a key (`TextCheck.state_key`), a mask's refusals are kept under it, so the
 positions and sequences that share it (inside a long value, the same key being written) scan
 nothing again, and a mask is narrowed only when a refused token is one the grammar allows.
@@ -27,7 +28,7 @@ from constrain.constraints.wrapper import MatcherWrapper
 from constrain.engine import bitmask
 from constrain.engine.automaton import TextCheck
 from constrain.engine.cache import BoundedCache
-from constrain.engine.matcher import TokenMatcher
+from constrain.engine.matcher import FINISHED, TokenMatcher
 from constrain.engine.vocab import Vocabulary
 from constrain.errors import InvalidTokenError
 
@@ -39,7 +40,10 @@ CHECKPOINT_EVERY = 16  # tokens between the check states a sequence keeps
 class TextChecked(MatcherWrapper):
     """`inner` with `text_check` applied to its text (see the module docstring)."""
 
-    __slots__ = ("text_check", "vocab", "masks", "refusals", "_here", "_checkpoints", "_tokens")
+    __slots__ = (
+        "text_check", "vocab", "masks", "refusals", "_here", "_checkpoints", "_tokens",
+        "_steps", "_native_check",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -57,11 +61,20 @@ class TextChecked(MatcherWrapper):
         self._here = text_check.start  # the check's state after every token so far
         self._checkpoints = [text_check.start]  # after 0, CHECKPOINT_EVERY, 2 x ... tokens
         self._tokens = array("q")  # every token so far
+        # with native token steps and a native check, `check` is one call for both
+        self._native_check = text_check.native_check(vocab)
+        self._steps = None if self._native_check is None else inner.mask_source()[0].native_steps
 
     # -- queries ----------------------------------------------------------------------------------
 
     def check(self, token: int) -> bool:
-        return self.inner.check(token) and self.text_check.allows(self._here, token, self.vocab)
+        steps = self._steps
+        if steps is None:
+            return self.inner.check(token) and self.text_check.allows(self._here, token, self.vocab)
+        state = self.inner.state
+        return state is not FINISHED and steps.allows_checked(
+            state, token, self._native_check, self._here
+        )
 
     def bitmask(self) -> np.ndarray:
         packed = self.inner.bitmask()

@@ -108,6 +108,11 @@ class NativeTokenSteps(Protocol):
         """`token` is allowed at `state`: EOS where the text is complete, else as `step`."""
         ...
 
+    def allows_checked(self, state: Hashable, token: int, check: object, here: Hashable) -> bool:
+        """`allows`, and the native text check `check` (a `TextCheck.native_check`) lets
+        `token` through from its state `here`, in the same call."""
+        ...
+
 
 class TextCheck(Protocol):
     """A condition on the text that an automaton cannot express (no duplicate JSON keys,
@@ -146,6 +151,10 @@ class TextCheck(Protocol):
 
     def prepare(self, vocab: Vocabulary) -> None:
         """Build what the scans read for `vocab` (once per vocabulary) now, not in a mask."""
+
+    def native_check(self, vocab: Vocabulary) -> object | None:
+        """This check over `vocab` as a native object that native token steps can apply in
+        the same call (`NativeTokenSteps.allows_checked`); None when it is not native."""
 
 
 class DFAAutomaton:

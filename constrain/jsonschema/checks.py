@@ -206,6 +206,9 @@ class JsonChecks:
     def prepare(self, vocab: Vocabulary) -> None:
         _byte_table(vocab)
 
+    def native_check(self, vocab: Vocabulary) -> None:
+        return None  # its shapes are followed in Python
+
     def risky(self, state: _State):
         """The tokens that could be refused next, as a selector (see `selects`): with a unique
         array open or a value to validate, those holding any value end; otherwise those with
@@ -467,6 +470,9 @@ class JsonKeyChecks:
 
     def prepare(self, vocab: Vocabulary) -> None:
         self._over(vocab)
+
+    def native_check(self, vocab: Vocabulary):
+        return self._over(vocab)
 
     def _over(self, vocab: Vocabulary):
         """The native check over `vocab` (built once per vocabulary and spelling mode)."""

@@ -189,12 +189,17 @@ class NativeSteps:
     def allows(self, state: tuple, token: int) -> bool:
         return self._call(self._steps.allows, state, token)
 
-    def _call(self, fn, state: tuple, token: int):
-        """`fn(node, s, token, meter)`: `NativeChart.metered` with fuel, else inline."""
+    def allows_checked(self, state: tuple, token: int, check, here) -> bool:
+        """`allows`, and the native text check `check` (`native.KeyCheck`) lets `token`
+        through from its state `here`: a sequence's whole check in one call."""
+        return self._call(self._steps.allows_checked, state, token, check, here)
+
+    def _call(self, fn, state: tuple, *args):
+        """`fn(node, s, *args, meter)`: `NativeChart.metered` with fuel, else inline."""
         if units_left() is not None:
-            return self._chart.metered(fn, state[0], state[1], token)
+            return self._chart.metered(fn, state[0], state[1], *args)
         try:
-            return fn(state[0], state[1], token, self._chart.unmetered)
+            return fn(state[0], state[1], *args, self._chart.unmetered)
         except self._limit as exc:
             raise self._chart.lexer.limit_error(exc) from None
 
