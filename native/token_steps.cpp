@@ -10,6 +10,7 @@ TokenSteps::TokenSteps(std::shared_ptr<CFGCore> core, std::shared_ptr<const Toke
                        std::vector<int64_t> eos)
     : core_(std::move(core)), texts_(std::move(texts)), specials_(std::move(specials)),
       eos_(std::move(eos)) {
+    if (!core_ || !texts_) throw std::invalid_argument("a grammar core and token texts are needed");
     auto outside = [this](int64_t t) { return t < 0 || t >= texts_->size(); };
     for (const auto& [lexeme, token] : specials_)
         if (outside(token)) throw std::invalid_argument("a special token id is out of range");

@@ -210,6 +210,24 @@ def test_special_token_steps_are_the_reference():
     assert len(frontier) > 20
 
 
+def test_token_steps_check_their_arguments():
+    """What crosses into `native.TokenSteps` is validated there: a missing core or texts, and
+    special or EOS ids outside the texts, are errors, not reads out of bounds."""
+    import constrain.engine.native as native
+    from constrain.engine.vocab import Vocabulary
+
+    vocab = Vocabulary([b"a", None], eos_ids=[1])
+    chart = cn.Grammar.from_lark('start: "a"').with_engine("native").automaton._native
+    with pytest.raises(ValueError, match="core and token texts"):
+        native.TokenSteps(None, vocab.native_texts, [], [1])
+    with pytest.raises(ValueError, match="EOS id is out of range"):
+        native.TokenSteps(chart.core, vocab.native_texts, [], [2])
+    with pytest.raises(ValueError, match="special token id is out of range"):
+        native.TokenSteps(chart.core, vocab.native_texts, [(0, -1)], [1])
+    steps = native.TokenSteps(chart.core, vocab.native_texts, [], [1])
+    assert steps.step(chart.root, 0, 5, chart.unmetered) is None  # an id past the texts
+
+
 def test_lexer_limit_is_a_grammar_error(monkeypatch):
     """The state budget holds in the native lexer and is reported as the Python one reports
     it: a `GrammarError` naming the terminals."""

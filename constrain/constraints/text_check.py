@@ -1,16 +1,16 @@
 """`TextChecked`: a matcher and a condition on its text, checked together (their product).
 
-Some conditions are not expressible by an automaton: no duplicate JSON keys, unique array
-items over open item languages, the check sites of a JSON Schema. The grammar carries them as
-a `TextCheck` (`constrain.engine.automaton`), and `TextChecked` keeps the check's state beside
+Some conditions are not expressible by an automaton: no duplicate JSON keys, unique array items
+over open item languages, the check sites of a JSON Schema. The grammar carries them as a
+`TextCheck` (`constrain.engine.automaton`), and `TextChecked` keeps the check's state beside
 each automaton state: a token the check refuses is refused by `check`, `advance` and the masks
 alike, exactly as if the two were one constraint. Only the tokens the check names as risky in
 its current state are scanned by the masks, all of a mask's at once (`TextCheck.refused`; a
-JSON Schema's duplicate-key check is native whole); `advance` feeds every token. Where both
-the check and the automaton's token steps are native, `check` asks both in one native call. Where the
-check's state has a key (`TextCheck.state_key`), a mask's refusals are kept under it, so the
-positions and sequences that share it (inside a long value, the same key being written) scan
-nothing again, and a mask is narrowed only when a refused token is one the grammar allows.
+JSON Schema's duplicate-key check is native whole); `advance` feeds every token. Where both the
+check and the automaton's token steps are native, `check` asks both in one native call. Where
+the check's state has a key (`TextCheck.state_key`), a mask's refusals are kept under it, so
+the positions and sequences that share it (inside a long value, the same key being written)
+scan nothing again, and a mask is narrowed only when a refused token is one the grammar allows.
 
 A sequence keeps the check's state every `CHECKPOINT_EVERY` tokens and the token ids, not a
 state per token (a state is a few hundred bytes, most of a sequence's memory): `rollback`
