@@ -214,6 +214,7 @@ def test_token_steps_check_their_arguments():
     """What crosses into `native.TokenSteps` is validated there: a missing core or texts, and
     special or EOS ids outside the texts, are errors, not reads out of bounds."""
     import constrain.engine.native as native
+
     from constrain.engine.vocab import Vocabulary
 
     vocab = Vocabulary([b"a", None], eos_ids=[1])
