@@ -322,6 +322,7 @@ void KeyCheck::each_risky(const KeyState& state, Visit&& visit) const {
 bool KeyCheck::allows(const KeyState& state, int64_t token) const {
     if (token < 0 || token >= vocabulary_.size()) throw std::out_of_range("token id out of range");
     std::string_view data = vocabulary_.text(token);
+    if (data.find('"') == std::string_view::npos) return true;  // completes no key
     KeyScan scan;
     start_scan(state, scan);
     std::vector<AddedKey> added;

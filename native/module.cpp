@@ -243,12 +243,12 @@ void bind_key_check(py::module_& m) {
         .def(
             "key", [](const KeyState& self) { return py::bytes(self.key()); },
             "What the refusals depend on, as bytes (equal exactly when they are).");
-    py::class_<KeyCheck>(m, "KeyCheck",
+    py::class_<KeyCheck, std::shared_ptr<KeyCheck>>(m, "KeyCheck",
                          "The duplicate-key check over one vocabulary: which tokens it refuses.")
         .def(py::init([](std::shared_ptr<TokenTexts> texts, const Array<int64_t>& sorted,
                          const py::list& quotes, const Array<int64_t>& exits,
                          const Array<int64_t>& exits_or_escapes, bool escapes) {
-                 return KeyCheck(
+                 return std::make_shared<KeyCheck>(
                      key_vocabulary_from(std::move(texts), sorted, quotes, exits,
                                          exits_or_escapes),
                      escapes);
@@ -420,12 +420,12 @@ void bind_cfg(py::module_& m) {
             return f.pieces().bytes();
         });
 
-    py::class_<TokenSteps>(m, "TokenSteps", "A grammar read token by token over one vocabulary.")
+    py::class_<TokenSteps, std::shared_ptr<TokenSteps>>(m, "TokenSteps", "A grammar read token by token over one vocabulary.")
         .def(py::init([](std::shared_ptr<CFGCore> core, std::shared_ptr<TokenTexts> texts,
                          std::vector<std::pair<int32_t, int64_t>> specials,
                          std::vector<int64_t> eos) {
                  try {
-                     return std::make_unique<TokenSteps>(std::move(core), std::move(texts),
+                     return std::make_shared<TokenSteps>(std::move(core), std::move(texts),
                                                          std::move(specials), std::move(eos));
                  } catch (const std::invalid_argument& e) {
                      throw py::value_error(e.what());
@@ -453,22 +453,49 @@ void bind_cfg(py::module_& m) {
                 return t.allows(node, s, token, meter);
             },
             py::arg("node"), py::arg("s"), py::arg("token"), py::arg("meter"),
-            "Whether `token` is allowed: EOS where the text is complete, else as `step`.")
+            "Whether `token` is allowed: EOS where the text is complete, else as `step`.");
+
+    py::class_<TokenCursor>(m, "TokenCursor",
+                            "One sequence's position held natively: a check passes only the token.")
+        .def(py::init([](std::shared_ptr<TokenSteps> steps, std::shared_ptr<KeyCheck> keys) {
+                 try {
+                     return std::make_unique<TokenCursor>(std::move(steps), std::move(keys));
+                 } catch (const std::invalid_argument& e) {
+                     throw py::value_error(e.what());
+                 }
+             }),
+             py::arg("steps"), py::arg("keys") = py::none(),
+             "A cursor over `steps`, with the duplicate-key check `keys` applied too.")
         .def(
-            "allows_checked",
-            [](TokenSteps& t, const NodeRef& node, int32_t s, int64_t token, const KeyCheck& keys,
-               const KeyState& here, Meter& meter) {
-                Hold hold(t.core().lexer());
-                node_given(node);
-                lexer_state_given(t.core(), s);
-                if (keys.size() != t.n_tokens())
-                    throw py::value_error("the key check is over another vocabulary");
-                return t.allows(node, s, token, meter) && keys.allows(here, token);
+            "move_to",
+            [](TokenCursor& c, const py::tuple& state, std::shared_ptr<KeyState> here) {
+                if (state.size() != 2) throw py::value_error("a state is (node, s)");
+                auto node = node_given(state[0].cast<NodeRef>());
+                auto s = state[1].cast<int32_t>();
+                Hold hold(c.steps().core().lexer());
+                lexer_state_given(c.steps().core(), s);
+                try {
+                    c.move_to(std::move(node), s, std::move(here));
+                } catch (const std::invalid_argument& e) {
+                    throw py::value_error(e.what());
+                }
             },
-            py::arg("node"), py::arg("s"), py::arg("token"), py::arg("keys"), py::arg("here"),
-            py::arg("meter"),
-            "`allows`, and the duplicate-key check `keys` lets the token through from its "
-            "state `here`: a sequence's whole check in one call.");
+            py::arg("state"), py::arg("here") = py::none(),
+            "Move to grammar state `state` = (node, s) and key-check state `here`.")
+        .def(
+            "finish",
+            [](TokenCursor& c) {
+                Hold hold(c.steps().core().lexer());
+                c.finish();
+            },
+            "The sequence ended (EOS): nothing more is allowed.")
+        .def(
+            "allows",
+            [](TokenCursor& c, int64_t token) {
+                Hold hold(c.steps().core().lexer());
+                return c.allows(token);
+            },
+            py::arg("token"), "Whether `token` is allowed here (unmetered).");
 
     m.def(
         "fill_batch",

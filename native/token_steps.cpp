@@ -58,4 +58,29 @@ bool TokenSteps::accepting(const NodeRef& node, int32_t s, Meter& meter) {
     return after && after->accepts;
 }
 
+TokenCursor::TokenCursor(std::shared_ptr<TokenSteps> steps, std::shared_ptr<const KeyCheck> keys)
+    : steps_(std::move(steps)), keys_(std::move(keys)) {
+    if (!steps_) throw std::invalid_argument("a cursor needs token steps");
+    if (keys_ && keys_->size() != steps_->n_tokens())
+        throw std::invalid_argument("the key check is over another vocabulary");
+}
+
+void TokenCursor::move_to(NodeRef node, int32_t s, std::shared_ptr<const KeyState> here) {
+    if (!node) throw std::invalid_argument("a cursor moves to a chart node");
+    if (keys_ && !here) throw std::invalid_argument("a cursor with a key check needs its state");
+    node_ = std::move(node);
+    s_ = s;
+    here_ = std::move(here);
+}
+
+void TokenCursor::finish() {
+    node_.reset();
+    here_.reset();
+}
+
+bool TokenCursor::allows(int64_t token) {
+    if (!node_) return false;
+    return steps_->allows(node_, s_, token, unmetered_) && (!keys_ || keys_->allows(*here_, token));
+}
+
 }  // namespace constrain

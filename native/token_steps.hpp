@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cfg.hpp"
+#include "key_check.hpp"
 #include "texts.hpp"
 
 namespace constrain {
@@ -35,6 +36,30 @@ private:
     std::shared_ptr<const TokenTexts> texts_;
     std::vector<std::pair<int32_t, int64_t>> specials_;  // sorted by token
     std::vector<int64_t> eos_;                           // sorted
+};
+
+// One sequence's position held natively, so that a check passes only the token: a grammar
+// state of `steps` and, with a key check, that check's state. The owner moves it after every
+// change of its sequence (advance, rollback, end). Checks are unmetered: with fuel active the
+// caller asks `TokenSteps` with a meter instead.
+class TokenCursor {
+public:
+    // Throws std::invalid_argument for a null `steps` or a key check over another vocabulary.
+    TokenCursor(std::shared_ptr<TokenSteps> steps, std::shared_ptr<const KeyCheck> keys);
+    void move_to(NodeRef node, int32_t s, std::shared_ptr<const KeyState> here);
+    void finish();  // after EOS: nothing more is allowed
+    // `TokenSteps::allows` at the position, and the key check lets `token` through.
+    bool allows(int64_t token);
+    TokenSteps& steps() { return *steps_; }
+    bool checks_keys() const { return bool(keys_); }
+
+private:
+    std::shared_ptr<TokenSteps> steps_;
+    std::shared_ptr<const KeyCheck> keys_;  // null: no key check
+    NodeRef node_;                          // null: finished (or never moved)
+    int32_t s_ = 0;
+    std::shared_ptr<const KeyState> here_;
+    Meter unmetered_;
 };
 
 }  // namespace constrain

@@ -48,6 +48,13 @@ def assert_same_masks(grammar: cn.Grammar, vocab, tokens: list[int]) -> bool:
         ]
         for probe in [*probes, *vocab.eos_ids, *vocab.special_ids.values()]:
             assert checks.check(int(probe)) == a[probe], (i, int(probe))
+        # the checks' native cursor follows forks, and a step there and back
+        if i % 3 == 1:
+            checks = checks.fork()
+        detour = next((int(t) for t in probes if a[t] and int(t) not in vocab.eos_ids), None)
+        if i % 5 == 2 and detour is not None:
+            checks.advance(detour)
+            checks.rollback(1)
         ok = python.check(token)
         assert native.check(token) == ok, (i, token)
         if not ok:
@@ -58,6 +65,12 @@ def assert_same_masks(grammar: cn.Grammar, vocab, tokens: list[int]) -> bool:
     assert np.array_equal(python.mask(), native.mask()), "after the last token"
     assert checks.accepting() == python.accepting()
     assert python.accepting() == native.accepting()
+    if python.accepting():  # after EOS nothing is allowed, and a rollback undoes it
+        eos = vocab.eos_ids[0]
+        checks.advance(eos)
+        assert not any(checks.check(t) for t in [eos, *tokens[:8]])
+        checks.rollback(1)
+        assert checks.check(eos)
     return python.accepting()
 
 
@@ -227,6 +240,38 @@ def test_token_steps_check_their_arguments():
         native.TokenSteps(chart.core, vocab.native_texts, [(0, -1)], [1])
     steps = native.TokenSteps(chart.core, vocab.native_texts, [], [1])
     assert steps.step(chart.root, 0, 5, chart.unmetered) is None  # an id past the texts
+
+
+def test_token_cursors_check_their_arguments():
+    """What crosses into `native.TokenCursor` is validated there: its steps, a key check
+    over the same vocabulary, a chart node, a lexer state in range and a key state when it
+    checks keys."""
+    import constrain.engine.native as native
+
+    from constrain.engine.vocab import Vocabulary
+    from constrain.jsonschema.checks import JsonKeyChecks
+
+    vocab = Vocabulary([b"a", None], eos_ids=[1])
+    chart = cn.Grammar.from_lark('start: "a"').with_engine("native").automaton._native
+    steps = native.TokenSteps(chart.core, vocab.native_texts, [], [1])
+    with pytest.raises(ValueError, match="needs token steps"):
+        native.TokenCursor(None)
+    other = Vocabulary([b"a", b"b", None], eos_ids=[2])
+    with pytest.raises(ValueError, match="another vocabulary"):
+        native.TokenCursor(steps, JsonKeyChecks().native_check(other))
+    cursor = native.TokenCursor(steps)
+    assert not cursor.allows(0)  # never moved: nowhere to read from
+    with pytest.raises(ValueError, match="chart node"):
+        cursor.move_to((None, 0))
+    with pytest.raises(ValueError, match="out of range"):
+        cursor.move_to((chart.root, 10**6))
+    with pytest.raises(ValueError, match=r"\(node, s\)"):
+        cursor.move_to((chart.root,))
+    cursor.move_to((chart.root, 0))
+    assert cursor.allows(0) and not cursor.allows(1) and not cursor.allows(7)
+    keyed = native.TokenCursor(steps, JsonKeyChecks().native_check(vocab))
+    with pytest.raises(ValueError, match="needs its state"):
+        keyed.move_to((chart.root, 0))
 
 
 def test_lexer_limit_is_a_grammar_error(monkeypatch):

@@ -31,6 +31,7 @@ from constrain.engine.cache import BoundedCache
 from constrain.engine.matcher import FINISHED, TokenMatcher
 from constrain.engine.vocab import Vocabulary
 from constrain.errors import InvalidTokenError
+from constrain.fuel import units_left
 
 __all__ = ["CHECKPOINT_EVERY", "TextChecked"]
 
@@ -42,7 +43,7 @@ class TextChecked(MatcherWrapper):
 
     __slots__ = (
         "text_check", "vocab", "masks", "refusals", "_here", "_checkpoints", "_tokens",
-        "_steps", "_native_check",
+        "_steps", "_cursor",
     )  # fmt: skip
 
     def __init__(
@@ -61,20 +62,23 @@ class TextChecked(MatcherWrapper):
         self._here = text_check.start  # the check's state after every token so far
         self._checkpoints = [text_check.start]  # after 0, CHECKPOINT_EVERY, 2 x ... tokens
         self._tokens = array("q")  # every token so far
-        # with native token steps and a native check, `check` is one call for both
-        self._native_check = text_check.native_check(vocab)
-        self._steps = None if self._native_check is None else inner.mask_source()[0].native_steps
+        # with native token steps and a native check, both held natively: `check` passes only
+        # the token (see `_moved`)
+        native_check = text_check.native_check(vocab)
+        self._steps = None if native_check is None else inner.mask_source()[0].native_steps
+        self._cursor = None if self._steps is None else self._steps.cursor(native_check)
+        self._moved()
 
     # -- queries ----------------------------------------------------------------------------------
 
     def check(self, token: int) -> bool:
-        steps = self._steps
-        if steps is None:
-            return self.inner.check(token) and self.text_check.allows(self._here, token, self.vocab)
-        state = self.inner.state
-        return state is not FINISHED and steps.allows_checked(
-            state, token, self._native_check, self._here
-        )
+        cursor = self._cursor
+        if cursor is not None and units_left() is None:
+            try:
+                return cursor.allows(token)
+            except self._steps.limit as exc:
+                raise self._steps.limit_error(exc) from None
+        return self.inner.check(token) and self.text_check.allows(self._here, token, self.vocab)
 
     def bitmask(self) -> np.ndarray:
         packed = self.inner.bitmask()
@@ -136,6 +140,7 @@ class TextChecked(MatcherWrapper):
         self._tokens.append(token)
         if len(self._tokens) % CHECKPOINT_EVERY == 0:
             self._checkpoints.append(text)
+        self._moved()
 
     def rollback(self, n: int = 1) -> None:
         self.inner.rollback(n)
@@ -148,6 +153,7 @@ class TextChecked(MatcherWrapper):
         for token in self._tokens[kept * CHECKPOINT_EVERY :]:  # fed before: never refused
             here = self._fed(here, token)
         self._here = here
+        self._moved()
 
     def fork(self) -> TextChecked:
         twin = TextChecked(
@@ -155,7 +161,18 @@ class TextChecked(MatcherWrapper):
         )
         twin._here, twin._checkpoints = self._here, list(self._checkpoints)
         twin._tokens = array("q", self._tokens)
+        twin._moved()
         return twin
+
+    def _moved(self) -> None:
+        """Move the native cursor (if any) to the grammar's state and the check's."""
+        cursor = self._cursor
+        if cursor is not None:
+            state = self.inner.state
+            if state is FINISHED:
+                cursor.finish()
+            else:
+                cursor.move_to(state, self._here)
 
     def _fed(self, state, token: int):
         """The check's state after `token` (None: refused)."""

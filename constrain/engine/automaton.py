@@ -100,6 +100,12 @@ class NativeMaskSource(Protocol):
 class NativeTokenSteps(Protocol):
     """A grammar read token by token over one vocabulary, one native call per token."""
 
+    limit: type[Exception]  # what a cursor raises when the lexer reaches its state limit
+
+    def limit_error(self, exc: Exception) -> Exception:
+        """The `GrammarError` to raise for the `limit` `exc`, naming the terminals."""
+        ...
+
     def step(self, state: Hashable, token: int) -> Hashable | None:
         """The state after text or special `token` (not EOS); None when it is not allowed."""
         ...
@@ -108,9 +114,27 @@ class NativeTokenSteps(Protocol):
         """`token` is allowed at `state`: EOS where the text is complete, else as `step`."""
         ...
 
-    def allows_checked(self, state: Hashable, token: int, check: object, here: Hashable) -> bool:
-        """`allows`, and the native text check `check` (a `TextCheck.native_check`) lets
-        `token` through from its state `here`, in the same call."""
+    def cursor(self, check: object | None = None) -> TokenCursor:
+        """A cursor for one sequence's checks, with the native text check `check` (a
+        `TextCheck.native_check`) applied in the same call when given."""
+        ...
+
+
+class TokenCursor(Protocol):
+    """One sequence's position held natively, so that a check passes only the token; its
+    owner moves it after every change of the sequence. Checks are unmetered: with fuel
+    active, ask `NativeTokenSteps` instead."""
+
+    def move_to(self, state: Hashable, here: object | None = None) -> None:
+        """Move to automaton state `state` (and the text check's state `here`)."""
+        ...
+
+    def finish(self) -> None:
+        """The sequence ended with EOS: nothing more is allowed."""
+        ...
+
+    def allows(self, token: int) -> bool:
+        """`NativeTokenSteps.allows` here, and the text check lets `token` through."""
         ...
 
 
@@ -153,8 +177,8 @@ class TextCheck(Protocol):
         """Build what the scans read for `vocab` (once per vocabulary) now, not in a mask."""
 
     def native_check(self, vocab: Vocabulary) -> object | None:
-        """This check over `vocab` as a native object that native token steps can apply in
-        the same call (`NativeTokenSteps.allows_checked`); None when it is not native."""
+        """This check over `vocab` as a native object that a native cursor applies in the
+        same call (`NativeTokenSteps.cursor`); None when it is not native."""
 
 
 class DFAAutomaton:

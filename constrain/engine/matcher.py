@@ -38,7 +38,7 @@ from constrain.engine.grammar.native_chart import fill_batch
 from constrain.engine.slices import VocabularySlices, slices_of
 from constrain.engine.vocab import Vocabulary
 from constrain.errors import GrammarError, InvalidTokenError, VocabularyError
-from constrain.fuel import burn
+from constrain.fuel import burn, units_left
 
 __all__ = [
     "FINISHED", "Matcher", "TokenAutomaton", "TokenMatcher", "advance_many", "prefill_masks"
@@ -277,11 +277,15 @@ class TokenAutomaton:
 class Matcher:
     """One sequence's position in a `TokenAutomaton`: check, advance, mask, roll back, fork."""
 
-    __slots__ = ("automaton", "_states")
+    __slots__ = ("automaton", "_states", "_cursor")
 
     def __init__(self, automaton: TokenAutomaton, states: list):
         self.automaton = automaton
         self._states = states
+        # with native steps, the position held natively too: `check` passes only the token
+        steps = automaton.native_steps
+        self._cursor = None if steps is None else steps.cursor()
+        self._moved()
 
     # -- queries (no state change) --------------------------------------------------------------
 
@@ -300,11 +304,17 @@ class Matcher:
         return self._states[-1] is FINISHED
 
     def check(self, token: int) -> bool:
+        cursor = self._cursor
+        a = self.automaton
+        if cursor is not None and units_left() is None:
+            try:
+                return cursor.allows(token)
+            except a.native_steps.limit as exc:
+                raise a.native_steps.limit_error(exc) from None
         state = self._states[-1]
         if state is FINISHED:
             return False
-        a = self.automaton
-        if a.native_steps is not None:
+        if a.native_steps is not None:  # metered: fuel is active
             return a.native_steps.allows(state, token)
         if token in a.eos:
             return a.automaton.accepting(state)
@@ -384,11 +394,13 @@ class Matcher:
             if token in a.eos:
                 if a.automaton.accepting(state):
                     self._states.append(FINISHED)
+                    self._moved()
                     return
             else:
                 nxt = a.step(state, token)
                 if nxt is not None:
                     self._states.append(nxt)
+                    self._moved()
                     return
         raise InvalidTokenError(self.why_invalid(token))
 
@@ -400,6 +412,17 @@ class Matcher:
             raise ValueError(f"cannot roll back {n} tokens: only {len(self._states) - 1} consumed")
         if n:
             del self._states[-n:]
+            self._moved()
+
+    def _moved(self) -> None:
+        """Move the native cursor (if any) to the last state."""
+        cursor = self._cursor
+        if cursor is not None:
+            state = self._states[-1]
+            if state is FINISHED:
+                cursor.finish()
+            else:
+                cursor.move_to(state)
 
     def fork(self) -> Matcher:
         return Matcher(self.automaton, list(self._states))

@@ -181,7 +181,7 @@ class NativeSteps:
     def __init__(self, chart: NativeChart, texts, specials: list[tuple[int, int]], eos: list[int]):
         self._chart = chart
         self._steps = chart.native.TokenSteps(chart.core, texts, specials, eos)
-        self._limit = chart.native.LexerLimit
+        self.limit = chart.native.LexerLimit  # what a cursor raises when the lexer is full
 
     def step(self, state: tuple, token: int) -> tuple | None:
         return self._call(self._steps.step, state, token)
@@ -189,10 +189,10 @@ class NativeSteps:
     def allows(self, state: tuple, token: int) -> bool:
         return self._call(self._steps.allows, state, token)
 
-    def allows_checked(self, state: tuple, token: int, check, here) -> bool:
-        """`allows`, and the native text check `check` (`native.KeyCheck`) lets `token`
-        through from its state `here`: a sequence's whole check in one call."""
-        return self._call(self._steps.allows_checked, state, token, check, here)
+    def cursor(self, check=None):
+        """A `native.TokenCursor` over these steps, applying the native key check `check`
+        too when given (see `NativeTokenSteps.cursor`)."""
+        return self._chart.native.TokenCursor(self._steps, check)
 
     def _call(self, fn, state: tuple, *args):
         """`fn(node, s, *args, meter)`: `NativeChart.metered` with fuel, else inline."""
@@ -200,8 +200,12 @@ class NativeSteps:
             return self._chart.metered(fn, state[0], state[1], *args)
         try:
             return fn(state[0], state[1], *args, self._chart.unmetered)
-        except self._limit as exc:
-            raise self._chart.lexer.limit_error(exc) from None
+        except self.limit as exc:
+            raise self.limit_error(exc) from None
+
+    def limit_error(self, exc: Exception) -> Exception:
+        """The `GrammarError` to raise for `exc`, a `limit` a cursor raised."""
+        return self._chart.lexer.limit_error(exc)
 
 
 def fill_batch(jobs: list[tuple[NativeMasks, tuple]], out: np.ndarray, threads: int) -> list[bool]:
