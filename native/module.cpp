@@ -243,8 +243,8 @@ void bind_key_check(py::module_& m) {
         .def(
             "key", [](const KeyState& self) { return py::bytes(self.key()); },
             "What the refusals depend on, as bytes (equal exactly when they are).");
-    py::class_<KeyCheck, std::shared_ptr<KeyCheck>>(m, "KeyCheck",
-                         "The duplicate-key check over one vocabulary: which tokens it refuses.")
+    py::class_<KeyCheck, std::shared_ptr<KeyCheck>>(
+        m, "KeyCheck", "The duplicate-key check over one vocabulary: which tokens it refuses.")
         .def(py::init([](std::shared_ptr<TokenTexts> texts, const Array<int64_t>& sorted,
                          const py::list& quotes, const Array<int64_t>& exits,
                          const Array<int64_t>& exits_or_escapes, bool escapes) {
@@ -420,7 +420,8 @@ void bind_cfg(py::module_& m) {
             return f.pieces().bytes();
         });
 
-    py::class_<TokenSteps, std::shared_ptr<TokenSteps>>(m, "TokenSteps", "A grammar read token by token over one vocabulary.")
+    py::class_<TokenSteps, std::shared_ptr<TokenSteps>>(
+        m, "TokenSteps", "A grammar read token by token over one vocabulary.")
         .def(py::init([](std::shared_ptr<CFGCore> core, std::shared_ptr<TokenTexts> texts,
                          std::vector<std::pair<int32_t, int64_t>> specials,
                          std::vector<int64_t> eos) {
@@ -455,8 +456,8 @@ void bind_cfg(py::module_& m) {
             py::arg("node"), py::arg("s"), py::arg("token"), py::arg("meter"),
             "Whether `token` is allowed: EOS where the text is complete, else as `step`.");
 
-    py::class_<TokenCursor>(m, "TokenCursor",
-                            "One sequence's position held natively: a check passes only the token.")
+    py::class_<TokenCursor>(
+        m, "TokenCursor", "One sequence's position held natively: a check passes only the token.")
         .def(py::init([](std::shared_ptr<TokenSteps> steps, std::shared_ptr<KeyCheck> keys) {
                  try {
                      return std::make_unique<TokenCursor>(std::move(steps), std::move(keys));

@@ -51,7 +51,6 @@ public:
     // `TokenSteps::allows` at the position, and the key check lets `token` through.
     bool allows(int64_t token);
     TokenSteps& steps() { return *steps_; }
-    bool checks_keys() const { return bool(keys_); }
 
 private:
     std::shared_ptr<TokenSteps> steps_;
