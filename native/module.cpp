@@ -25,6 +25,29 @@ struct Hold {
     explicit Hold(const Lexer& lexer) : lock(lexer.mutex()) {}
 };
 
+// A `TokenCursor` for Python: `on_limit(lexemes)` (unless None) makes the error that `allows`
+// raises when the lexer reaches its state limit, so a check site needs no handler of its own.
+struct CursorBinding {
+    TokenCursor cursor;
+    py::object on_limit;
+
+    CursorBinding(std::shared_ptr<TokenSteps> steps, std::shared_ptr<const KeyCheck> keys,
+                  py::object on_limit)
+        : cursor(std::move(steps), std::move(keys)), on_limit(std::move(on_limit)) {}
+
+    bool allows(int64_t token) {
+        try {
+            Hold hold(cursor.steps().core().lexer());
+            return cursor.allows(token);
+        } catch (const LexerLimit& e) {
+            if (on_limit.is_none()) throw;
+            py::object err = on_limit(py::cast(e.lexemes));
+            PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
+            throw py::error_already_set();
+        }
+    }
+};
+
 template <typename T>
 using Array = py::array_t<T, py::array::c_style | py::array::forcecast>;
 
@@ -456,27 +479,31 @@ void bind_cfg(py::module_& m) {
             py::arg("node"), py::arg("s"), py::arg("token"), py::arg("meter"),
             "Whether `token` is allowed: EOS where the text is complete, else as `step`.");
 
-    py::class_<TokenCursor>(
+    py::class_<CursorBinding>(
         m, "TokenCursor", "One sequence's position held natively: a check passes only the token.")
-        .def(py::init([](std::shared_ptr<TokenSteps> steps, std::shared_ptr<KeyCheck> keys) {
+        .def(py::init([](std::shared_ptr<TokenSteps> steps, std::shared_ptr<KeyCheck> keys,
+                         py::object on_limit) {
                  try {
-                     return std::make_unique<TokenCursor>(std::move(steps), std::move(keys));
+                     return std::make_unique<CursorBinding>(std::move(steps), std::move(keys),
+                                                            std::move(on_limit));
                  } catch (const std::invalid_argument& e) {
                      throw py::value_error(e.what());
                  }
              }),
-             py::arg("steps"), py::arg("keys") = py::none(),
-             "A cursor over `steps`, with the duplicate-key check `keys` applied too.")
+             py::arg("steps"), py::arg("keys") = py::none(), py::arg("on_limit") = py::none(),
+             "A cursor over `steps`, with the duplicate-key check `keys` applied too; when the "
+             "lexer reaches its state limit, `allows` raises `on_limit(lexemes)` if given, "
+             "else `LexerLimit`.")
         .def(
             "move_to",
-            [](TokenCursor& c, const py::tuple& state, std::shared_ptr<KeyState> here) {
+            [](CursorBinding& b, const py::tuple& state, std::shared_ptr<KeyState> here) {
                 if (state.size() != 2) throw py::value_error("a state is (node, s)");
                 auto node = node_given(state[0].cast<NodeRef>());
                 auto s = state[1].cast<int32_t>();
-                Hold hold(c.steps().core().lexer());
-                lexer_state_given(c.steps().core(), s);
+                Hold hold(b.cursor.steps().core().lexer());
+                lexer_state_given(b.cursor.steps().core(), s);
                 try {
-                    c.move_to(std::move(node), s, std::move(here));
+                    b.cursor.move_to(std::move(node), s, std::move(here));
                 } catch (const std::invalid_argument& e) {
                     throw py::value_error(e.what());
                 }
@@ -485,18 +512,13 @@ void bind_cfg(py::module_& m) {
             "Move to grammar state `state` = (node, s) and key-check state `here`.")
         .def(
             "finish",
-            [](TokenCursor& c) {
-                Hold hold(c.steps().core().lexer());
-                c.finish();
+            [](CursorBinding& b) {
+                Hold hold(b.cursor.steps().core().lexer());
+                b.cursor.finish();
             },
             "The sequence ended (EOS): nothing more is allowed.")
-        .def(
-            "allows",
-            [](TokenCursor& c, int64_t token) {
-                Hold hold(c.steps().core().lexer());
-                return c.allows(token);
-            },
-            py::arg("token"), "Whether `token` is allowed here (unmetered).");
+        .def("allows", &CursorBinding::allows, py::arg("token"),
+             "Whether `token` is allowed here (unmetered).");
 
     m.def(
         "fill_batch",

@@ -289,6 +289,11 @@ def test_lexer_limit_is_a_grammar_error(monkeypatch):
     for read in (lambda m: m.check(0), lambda m: m.advance(0)):  # one native call per token
         with pytest.raises(cn.GrammarError, match="WORD"):
             read(cn.Constraint(grammar, vocab).start())
+    # a check through the cursor that also applies the native key check
+    schema = cn.Grammar.from_json_schema({"type": "object"}).with_engine("native")
+    keyed = cn.Constraint(schema, Vocabulary([b'{"abcdefghijk', None], eos_ids=[1])).start()
+    with pytest.raises(cn.GrammarError, match="key"):
+        keyed.check(0)
 
 
 def test_unknown_engine_is_a_config_error():

@@ -43,7 +43,7 @@ class TextChecked(MatcherWrapper):
 
     __slots__ = (
         "text_check", "vocab", "masks", "refusals", "_here", "_checkpoints", "_tokens",
-        "_steps", "_cursor",
+        "_cursor",
     )  # fmt: skip
 
     def __init__(
@@ -65,8 +65,8 @@ class TextChecked(MatcherWrapper):
         # with native token steps and a native check, both held natively: `check` passes only
         # the token (see `_moved`)
         native_check = text_check.native_check(vocab)
-        self._steps = None if native_check is None else inner.mask_source()[0].native_steps
-        self._cursor = None if self._steps is None else self._steps.cursor(native_check)
+        steps = None if native_check is None else inner.mask_source()[0].native_steps
+        self._cursor = None if steps is None else steps.cursor(native_check)
         self._moved()
 
     # -- queries ----------------------------------------------------------------------------------
@@ -74,10 +74,7 @@ class TextChecked(MatcherWrapper):
     def check(self, token: int) -> bool:
         cursor = self._cursor
         if cursor is not None and units_left() is None:
-            try:
-                return cursor.allows(token)
-            except self._steps.limit as exc:
-                raise self._steps.limit_error(exc) from None
+            return cursor.allows(token)
         return self.inner.check(token) and self.text_check.allows(self._here, token, self.vocab)
 
     def bitmask(self) -> np.ndarray:

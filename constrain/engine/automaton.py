@@ -100,12 +100,6 @@ class NativeMaskSource(Protocol):
 class NativeTokenSteps(Protocol):
     """A grammar read token by token over one vocabulary, one native call per token."""
 
-    limit: type[Exception]  # what a cursor raises when the lexer reaches its state limit
-
-    def limit_error(self, exc: Exception) -> Exception:
-        """The `GrammarError` to raise for the `limit` `exc`, naming the terminals."""
-        ...
-
     def step(self, state: Hashable, token: int) -> Hashable | None:
         """The state after text or special `token` (not EOS); None when it is not allowed."""
         ...
@@ -134,7 +128,8 @@ class TokenCursor(Protocol):
         ...
 
     def allows(self, token: int) -> bool:
-        """`NativeTokenSteps.allows` here, and the text check lets `token` through."""
+        """`NativeTokenSteps.allows` here, and the text check lets `token` through; raises
+        the `GrammarError` that `NativeTokenSteps` would when the lexer reaches its limit."""
         ...
 
 

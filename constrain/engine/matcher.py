@@ -305,12 +305,9 @@ class Matcher:
 
     def check(self, token: int) -> bool:
         cursor = self._cursor
-        a = self.automaton
         if cursor is not None and units_left() is None:
-            try:
-                return cursor.allows(token)
-            except a.native_steps.limit as exc:
-                raise a.native_steps.limit_error(exc) from None
+            return cursor.allows(token)
+        a = self.automaton
         state = self._states[-1]
         if state is FINISHED:
             return False

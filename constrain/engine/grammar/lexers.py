@@ -94,11 +94,12 @@ class NativeLexer:
         try:
             return fn(*args)
         except self._native_module.LexerLimit as exc:
-            raise self.limit_error(exc) from None
+            raise self.limit_error(exc.lexemes) from None
 
-    def limit_error(self, exc: Exception) -> GrammarError:
-        """The error to raise for the native `LexerLimit` `exc`, naming its terminals."""
-        names = sorted({self._table[j].name for j in exc.lexemes})
+    def limit_error(self, lexemes: list[int]) -> GrammarError:
+        """The error to raise when the lexer reaches its state limit with `lexemes` (the
+        native `LexerLimit`'s), naming their terminals."""
+        names = sorted({self._table[j].name for j in lexemes})
         return GrammarError(
             f"the lexer exceeds {MAX_LEXER_STATES} states (reached with terminals "
             f"{', '.join(names[:8])}{', ...' if len(names) > 8 else ''})"

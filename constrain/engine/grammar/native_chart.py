@@ -181,7 +181,6 @@ class NativeSteps:
     def __init__(self, chart: NativeChart, texts, specials: list[tuple[int, int]], eos: list[int]):
         self._chart = chart
         self._steps = chart.native.TokenSteps(chart.core, texts, specials, eos)
-        self.limit = chart.native.LexerLimit  # what a cursor raises when the lexer is full
 
     def step(self, state: tuple, token: int) -> tuple | None:
         return self._call(self._steps.step, state, token)
@@ -192,7 +191,7 @@ class NativeSteps:
     def cursor(self, check=None):
         """A `native.TokenCursor` over these steps, applying the native key check `check`
         too when given (see `NativeTokenSteps.cursor`)."""
-        return self._chart.native.TokenCursor(self._steps, check)
+        return self._chart.native.TokenCursor(self._steps, check, self._chart.lexer.limit_error)
 
     def _call(self, fn, state: tuple, *args):
         """`fn(node, s, *args, meter)`: `NativeChart.metered` with fuel, else inline."""
@@ -200,12 +199,8 @@ class NativeSteps:
             return self._chart.metered(fn, state[0], state[1], *args)
         try:
             return fn(state[0], state[1], *args, self._chart.unmetered)
-        except self.limit as exc:
-            raise self.limit_error(exc) from None
-
-    def limit_error(self, exc: Exception) -> Exception:
-        """The `GrammarError` to raise for `exc`, a `limit` a cursor raised."""
-        return self._chart.lexer.limit_error(exc)
+        except self._chart.native.LexerLimit as exc:
+            raise self._chart.lexer.limit_error(exc.lexemes) from None
 
 
 def fill_batch(jobs: list[tuple[NativeMasks, tuple]], out: np.ndarray, threads: int) -> list[bool]:
