@@ -202,35 +202,69 @@ def test_budget_closes_the_text_in_time(smollm_vocab: Vocabulary, build, spec, b
         assert m.accepting() or m.finished(), smollm_vocab.decode_bytes(walk)
 
 
-def test_following_a_completion_never_lengthens_it(smollm_vocab: Vocabulary):
-    """The first token of a state's shortest completion leads to a state whose completion is
-    at least one token shorter, so a budget that fits one always leaves a way to finish. The
-    shortest text in bytes, tokenized greedily, need not do that by itself: inside a string,
-    mid-character, the tokenizations of two nearby texts fall out of step by many tokens
-    over a long required structure (JSONSchemaBench o10335 ended "length" that way)."""
+def _events_schema() -> dict:
+    """20 required objects after a free string: the tokenizations of nearby shortest texts
+    fall out of step there (see `test_following_a_completion_never_lengthens_it`)."""
     event = {
         "type": "object",
         "properties": {"seq": {"type": "integer"}, "type": {"type": "string"}},
         "required": ["seq", "type"],
     }
     properties = {"note": {"type": "string"}, **{f"Event{i}": event for i in range(20)}}
-    schema = {"type": "object", "properties": properties, "required": list(properties)}
-    constraint = cn.Constraint(cn.Grammar.from_json_schema(schema), smollm_vocab)
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+def test_following_a_completion_never_lengthens_it(smollm_vocab: Vocabulary):
+    """The first token of the completion a budget plans with leads to one at least a token
+    shorter, so a budget that fits one always leaves a way to finish. The shortest text in
+    bytes, tokenized greedily, need not do that by itself: inside a string, mid-character,
+    the tokenizations of two nearby texts fall out of step by many tokens over a long
+    required structure (JSONSchemaBench o10335 ended "length" that way)."""
+    constraint = cn.Constraint(cn.Grammar.from_json_schema(_events_schema()), smollm_vocab)
     eos = set(smollm_vocab.eos_ids)
     rng = np.random.default_rng(0)
     checked = 0
     for _ in range(20):
-        m, walk = constraint.start(), []
+        m, walk = constraint.start(max_tokens=10**9), []
         for _ in range(40):
-            needed, first = constraint.plans.completion(m.state)
+            planned = m.planned_completion()
             following = m.fork()
-            following.advance(first)
-            after, _ = constraint.plans.completion(following.state)
-            assert after <= needed - 1, smollm_vocab.decode_bytes(walk)
+            following.advance(planned[0])
+            assert len(following.planned_completion()) <= len(planned) - 1, walk
             checked += 1
             walk.append(int(rng.choice([t for t in np.flatnonzero(m.mask()) if t not in eos])))
             m.advance(walk[-1])
     assert checked == 800
+
+
+def test_budget_answers_depend_on_the_tokens_alone(smollm_vocab: Vocabulary):
+    """Under a budget, whether a token is allowed depends on the sequence's tokens only: a
+    matcher whose masks were asked at every step, on a constraint other walks used, agrees
+    with a fresh Constraint's matcher asked only `check`. (The plans were once shared and
+    rewritten by whichever states were visited: a second identical greedy request, or
+    speculation against plain decoding, could decode differently.)"""
+    schema = _events_schema()
+    shared = cn.Constraint(cn.Grammar.from_json_schema(schema), smollm_vocab)
+    eos = set(smollm_vocab.eos_ids)
+    compared = 0
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        budget = shared.shortest_tokens() + 20 + 10 * seed
+        asked_masks = shared.start(budget)
+        fresh = cn.Constraint(cn.Grammar.from_json_schema(schema), smollm_vocab).start(budget)
+        for _ in range(budget):
+            mask = asked_masks.mask()
+            allowed = [t for t in np.flatnonzero(mask) if t not in eos]
+            if not allowed:
+                break
+            free = np.flatnonzero(asked_masks.inner.mask())
+            for token in rng.choice(free, size=min(30, len(free)), replace=False).tolist():
+                assert bool(mask[token]) == fresh.check(token), (seed, fresh.n_tokens, token)
+                compared += 1
+            token = int(rng.choice(allowed))
+            asked_masks.advance(token)
+            fresh.advance(token)
+    assert compared > 1000
 
 
 def test_budget_filter_matches_check_and_explains(smollm_vocab: Vocabulary):

@@ -11,6 +11,10 @@ point, or a larger budget, lifts it). The filter is off when a token lengthens t
 completion by more than 64 tokens at once, and in a state whose completion the automaton
 cannot find.
 
+What a budget allows depends on the sequence's own tokens only: never on which states other
+sequences, or earlier queries, visited (the shared plans are a function of the state), so a
+sampler, speculation or a second request decode the same text under it.
+
 The budget is the one home of what may change it while generating: a deadline lowers it
 (`set_limit`), a dead end it alone causes makes it give way (`give_way`), never past its
 ceiling (`max_tokens`). `CompletionPlans` holds the shortest completions it plans with,
@@ -20,6 +24,7 @@ shared by every sequence of a constraint.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -49,7 +54,6 @@ class CompletionPlans:
     def __init__(self, automaton: TokenAutomaton):
         self.automaton = automaton
         self._tokens: BoundedCache[Hashable, tuple[int, ...] | None] = BoundedCache(_PLANS_KEPT)
-        self._passed_on: BoundedCache[Hashable, bool] = BoundedCache(_PLANS_KEPT)
         self._owed: BoundedCache[Hashable, np.ndarray] = BoundedCache(_OWED_KEPT)
 
     def completion(self, state: Hashable) -> tuple[int, int | None] | None:
@@ -61,24 +65,17 @@ class CompletionPlans:
         return len(ids), ids[0] if ids else None
 
     def completion_tokens(self, state: Hashable) -> tuple[int, ...] | None:
-        """The tokens of a shortest completion of `state` (see `completion`).
+        """The tokens of a shortest completion of `state` (see `completion`): the shortest
+        text the automaton finds, tokenized. A function of the state alone, whatever was
+        asked before.
 
-        Following a completion never lengthens it: the rest of it is passed on to the state
-        after its first token whenever that state knows no shorter one. (The shortest text in
-        bytes need not tokenize into the fewest tokens, and a tokenization that starts inside
-        a character can fall out of step with the one before it.) A budget relies on this: the
-        first token of a completion that fits always leaves one that fits."""
+        The shortest text in bytes need not tokenize into the fewest tokens, and a
+        tokenization that starts inside a character can fall out of step with the one before
+        it: the state after a completion's first token may plan a longer one. `Budgeted`
+        carries on with the rest of the completion it followed then."""
         if state in self._tokens:
-            ids = self._tokens[state]
-        else:
-            ids = self._tokens[state] = self._tokenized(state)
-        if ids and not self._passed_on.get(state):
-            self._passed_on[state] = True
-            after = self.automaton.step(state, ids[0])
-            known = self._tokens.get(after)
-            if after is not None and (known is None or len(known) > len(ids) - 1):
-                self._tokens[after] = ids[1:]
-                self._passed_on[after] = False
+            return self._tokens[state]
+        ids = self._tokens[state] = self._tokenized(state)
         return ids
 
     def _tokenized(self, state: Hashable) -> tuple[int, ...] | None:
@@ -116,11 +113,21 @@ class CompletionPlans:
         return owed
 
 
+class _Followed(NamedTuple):
+    """A completion a sequence follows: at `position` tokens its plan is `tokens[offset:]`
+    (when shorter than its state's own); `previous` is the one it followed before (rollback)."""
+
+    position: int
+    tokens: tuple[int, ...]
+    offset: int
+    previous: _Followed | None
+
+
 class Budgeted(MatcherWrapper):
     """`inner` held to a token budget of `limit` tokens (EOS not counted; see the module
     docstring), which may move between `floor` and `ceiling` while generating."""
 
-    __slots__ = ("plans", "limit", "ceiling", "floor", "slack_at", "_closing")
+    __slots__ = ("plans", "limit", "ceiling", "floor", "slack_at", "_closing", "_followed")
 
     def __init__(
         self,
@@ -137,6 +144,7 @@ class Budgeted(MatcherWrapper):
         self.slack_at = -1  # the position where the budget last gave way
         # (tokens consumed when closing began, the completion it follows, the limit then)
         self._closing: tuple[int, tuple[int, ...], int] | None = None
+        self._followed: _Followed | None = None  # immutable: forks share it
 
     # -- queries ----------------------------------------------------------------------------------
 
@@ -185,6 +193,12 @@ class Budgeted(MatcherWrapper):
             return False
         return self._closing_token() is not None or self._window() is not None
 
+    def planned_completion(self) -> tuple[int, ...] | None:
+        """The tokens of the shortest completion the budget plans with here (None: none
+        known). Following its first token leaves one at least a token shorter."""
+        plan = self._plan()
+        return None if plan is None else plan[0][plan[1] :]
+
     def forced(self) -> list[int]:
         """The inner matcher's forced tokens; while closing, the rest of the completion."""
         if self._closing_token() is not None:
@@ -209,16 +223,23 @@ class Budgeted(MatcherWrapper):
                 raise InvalidTokenError(
                     f"{where}: no completion after it fits in max_tokens={self.limit}"
                 )
-        inner.advance(token)
+            plan = self._plan()
+            inner.advance(token)
+            self._follow(plan, token)
+        else:
+            inner.advance(token)
 
     def rollback(self, n: int = 1) -> None:
         self.inner.rollback(n)
         if self._closing is not None and self.n_tokens < self._closing[0]:
             self._closing = None
+        while self._followed is not None and self._followed.position > self.n_tokens:
+            self._followed = self._followed.previous
 
     def fork(self) -> Budgeted:
         twin = Budgeted(self.inner.fork(), self.plans, self.limit, self.ceiling)
         twin.floor, twin.slack_at, twin._closing = self.floor, self.slack_at, self._closing
+        twin._followed = self._followed
         return twin
 
     def set_limit(self, tokens: int) -> None:
@@ -243,6 +264,30 @@ class Budgeted(MatcherWrapper):
 
     # -- the plan -----------------------------------------------------------------------------------
 
+    def _plan(self) -> tuple[tuple[int, ...], int] | None:
+        """The completion planned with here, as ``(tokens, offset)`` (its tokens are
+        ``tokens[offset:]``): the state's own, or the rest of the one followed to it when
+        that is shorter."""
+        own = self.plans.completion_tokens(self.inner.state)
+        followed = self._followed
+        if followed is not None and followed.position == self.n_tokens:
+            if own is None or len(followed.tokens) - followed.offset < len(own):
+                return followed.tokens, followed.offset
+        return None if own is None else (own, 0)
+
+    def _follow(self, plan: tuple[tuple[int, ...], int] | None, token: int) -> None:
+        """After `token`: when it was the first of `plan` and the new state's own completion
+        is longer than the rest of it, carry the rest on, so following a completion never
+        lengthens it (a budget that fits one always leaves a way to finish)."""
+        if plan is None or self.inner.finished():
+            return
+        tokens, offset = plan
+        if offset == len(tokens) or tokens[offset] != token:
+            return
+        own = self.plans.completion_tokens(self.inner.state)
+        if own is None or len(own) > len(tokens) - offset - 1:
+            self._followed = _Followed(self.n_tokens, tokens, offset + 1, self._followed)
+
     def _closing_token(self) -> int | None:
         """While the text is closing, the one token allowed next (`_EOS_NEXT` once the
         completion is spelled out); None when it is not closing."""
@@ -251,11 +296,10 @@ class Budgeted(MatcherWrapper):
         if self._closing is None:
             if self.inner.finished():
                 return None
-            state = self.inner.state
-            plan = self.plans.completion(state)
-            if plan is None or self.limit - self.n_tokens >= plan[0]:
+            plan = self._plan()
+            if plan is None or self.limit - self.n_tokens >= len(plan[0]) - plan[1]:
                 return None
-            self._closing = (self.n_tokens, self.plans.completion_tokens(state), self.limit)
+            self._closing = (self.n_tokens, plan[0][plan[1] :], self.limit)
         start, ids, _ = self._closing
         done = self.n_tokens - start
         return ids[done] if done < len(ids) else _EOS_NEXT
@@ -264,14 +308,15 @@ class Budgeted(MatcherWrapper):
         """``(tokens left after the next one, the token starting a shortest completion)`` when
         the budget filters the next token; None when it does not (more than the window away
         from it, no known completion, or closing, which `_closing_token` handles)."""
-        plan = self.plans.completion(self.inner.state)
+        plan = self._plan()
         if plan is None:
             return None
-        needed, first = plan
+        tokens, offset = plan
+        needed = len(tokens) - offset
         left = self.limit - self.n_tokens
         if left >= needed + _WINDOW:
             return None
-        return left - 1, first
+        return left - 1, tokens[offset] if needed else None
 
     def _fits(self, window: tuple[int, int | None], token: int) -> bool:
         """`token` leaves a completion within the budget. The token that starts this state's
