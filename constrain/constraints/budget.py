@@ -73,10 +73,7 @@ class CompletionPlans:
         tokenization that starts inside a character can fall out of step with the one before
         it: the state after a completion's first token may plan a longer one. `Budgeted`
         carries on with the rest of the completion it followed then."""
-        if state in self._tokens:
-            return self._tokens[state]
-        ids = self._tokens[state] = self._tokenized(state)
-        return ids
+        return self._tokens.get_or_build(state, lambda: self._tokenized(state))
 
     def _tokenized(self, state: Hashable) -> tuple[int, ...] | None:
         text = self.automaton.automaton.completion(state)
