@@ -110,6 +110,10 @@ class CompletionPlans:
         return owed
 
 
+# a completion as (tokens, offset): its tokens are tokens[offset:] (a followed one shares them)
+_Plan = tuple[tuple[int, ...], int]
+
+
 class _Followed(NamedTuple):
     """A completion a sequence follows: at `position` tokens its plan is `tokens[offset:]`
     (when shorter than its state's own); `previous` is the one it followed before (rollback)."""
@@ -149,10 +153,11 @@ class Budgeted(MatcherWrapper):
         inner = self.inner
         if token in self.plans.automaton.eos or inner.finished():
             return inner.check(token)
-        closing = self._closing_token()
+        plan = self._plan()
+        closing = self._closing_token(plan)
         if closing is not None:
             return token == closing and inner.check(token)
-        window = self._window()
+        window = self._window(plan)
         return inner.check(token) and (window is None or self._fits(window, token))
 
     def bitmask(self) -> np.ndarray:
@@ -160,7 +165,8 @@ class Budgeted(MatcherWrapper):
         if inner.finished():
             return inner.bitmask()
         size = self.plans.automaton.vocab.size
-        closing = self._closing_token()
+        plan = self._plan()
+        closing = self._closing_token(plan)
         if closing is not None:  # the one token of the completion being followed, or EOS
             if closing == _EOS_NEXT:
                 allowed = self.plans.automaton.eos_array if inner.accepting() else []
@@ -168,7 +174,7 @@ class Budgeted(MatcherWrapper):
                 allowed = [closing] if inner.check(closing) else []
             return bitmask.from_ids(allowed, size)
         packed = inner.bitmask()
-        window = self._window()
+        window = self._window(plan)
         if window is None:
             return packed
         room, first = window
@@ -188,7 +194,8 @@ class Budgeted(MatcherWrapper):
         """The budget narrows the next token (its filter, or the text is closing)."""
         if self.inner.finished():
             return False
-        return self._closing_token() is not None or self._window() is not None
+        plan = self._plan()
+        return self._closing_token(plan) is not None or self._window(plan) is not None
 
     def planned_completion(self) -> tuple[int, ...] | None:
         """The tokens of the shortest completion the budget plans with here (None: none
@@ -198,7 +205,7 @@ class Budgeted(MatcherWrapper):
 
     def forced(self) -> list[int]:
         """The inner matcher's forced tokens; while closing, the rest of the completion."""
-        if self._closing_token() is not None:
+        if self._closing_token(self._plan()) is not None:
             start, ids, _ = self._closing
             return list(ids[self.n_tokens - start :])
         return self.inner.forced()
@@ -209,18 +216,18 @@ class Budgeted(MatcherWrapper):
         inner = self.inner
         if token not in self.plans.automaton.eos and not inner.finished():
             where = f"token {token} after {self.n_tokens} tokens"
-            closing = self._closing_token()
+            plan = self._plan()
+            closing = self._closing_token(plan)
             if closing is not None and token != closing:
                 raise InvalidTokenError(
                     f"{where}: no completion fits in max_tokens={self.limit}, so the text is "
                     f"closing along a shortest completion; its next token is {closing}"
                 )
-            window = None if closing is not None else self._window()
+            window = None if closing is not None else self._window(plan)
             if window is not None and inner.check(token) and not self._fits(window, token):
                 raise InvalidTokenError(
                     f"{where}: no completion after it fits in max_tokens={self.limit}"
                 )
-            plan = self._plan()
             inner.advance(token)
             self._follow(plan, token)
         else:
@@ -261,7 +268,7 @@ class Budgeted(MatcherWrapper):
 
     # -- the plan -----------------------------------------------------------------------------------
 
-    def _plan(self) -> tuple[tuple[int, ...], int] | None:
+    def _plan(self) -> _Plan | None:
         """The completion planned with here, as ``(tokens, offset)`` (its tokens are
         ``tokens[offset:]``): the state's own, or the rest of the one followed to it when
         that is shorter."""
@@ -272,7 +279,7 @@ class Budgeted(MatcherWrapper):
                 return followed.tokens, followed.offset
         return None if own is None else (own, 0)
 
-    def _follow(self, plan: tuple[tuple[int, ...], int] | None, token: int) -> None:
+    def _follow(self, plan: _Plan | None, token: int) -> None:
         """After `token`: when it was the first of `plan` and the new state's own completion
         is longer than the rest of it, carry the rest on, so following a completion never
         lengthens it (a budget that fits one always leaves a way to finish)."""
@@ -285,15 +292,14 @@ class Budgeted(MatcherWrapper):
         if own is None or len(own) > len(tokens) - offset - 1:
             self._followed = _Followed(self.n_tokens, tokens, offset + 1, self._followed)
 
-    def _closing_token(self) -> int | None:
+    def _closing_token(self, plan: _Plan | None) -> int | None:
         """While the text is closing, the one token allowed next (`_EOS_NEXT` once the
-        completion is spelled out); None when it is not closing."""
+        completion is spelled out); None when it is not closing. `plan` is `_plan()`'s."""
         if self._closing is not None and self.limit > self._closing[2]:
             self._closing = None  # the budget was raised again
         if self._closing is None:
             if self.inner.finished():
                 return None
-            plan = self._plan()
             if plan is None or self.limit - self.n_tokens >= len(plan[0]) - plan[1]:
                 return None
             self._closing = (self.n_tokens, plan[0][plan[1] :], self.limit)
@@ -301,11 +307,10 @@ class Budgeted(MatcherWrapper):
         done = self.n_tokens - start
         return ids[done] if done < len(ids) else _EOS_NEXT
 
-    def _window(self) -> tuple[int, int | None] | None:
+    def _window(self, plan: _Plan | None) -> tuple[int, int | None] | None:
         """``(tokens left after the next one, the token starting a shortest completion)`` when
         the budget filters the next token; None when it does not (more than the window away
         from it, no known completion, or closing, which `_closing_token` handles)."""
-        plan = self._plan()
         if plan is None:
             return None
         tokens, offset = plan
