@@ -29,7 +29,7 @@ from contextvars import ContextVar
 
 from constrain.errors import Abandoned, WorkLimitError
 
-__all__ = ["Fuel", "burn", "stage", "units_left"]
+__all__ = ["Fuel", "burn", "current", "deadline_after", "stage", "units_left"]
 
 _ACTIVE: ContextVar[Fuel | None] = ContextVar("constrain_fuel", default=None)
 _CLOCK_EVERY = 1024  # units burnt between two looks at the wall clock
@@ -133,6 +133,18 @@ def burn(units: int = 1) -> None:
     fuel = _ACTIVE.get()
     if fuel is not None:
         fuel.burn(units)
+
+
+def current() -> Fuel | None:
+    """The fuel active in this thread, if any."""
+    return _ACTIVE.get()
+
+
+def deadline_after(seconds: float) -> float:
+    """The `time.monotonic()` by which work begun now must end: `seconds` from now, or never
+    while a fuel is active in this thread. A fuel bounds the work itself, so the same input
+    gets the same answer on an idle and on a loaded machine; the clock is only its backstop."""
+    return math.inf if _ACTIVE.get() is not None else time.monotonic() + seconds
 
 
 def units_left() -> int | None:

@@ -69,9 +69,8 @@ bool admits(Next&& next, int32_t state, const DFATable& language, int32_t langua
     while (!stack.empty()) {
         auto [r, q] = stack.back();
         stack.pop_back();
-        const int32_t* row = language.next.data() + size_t(r) * 256;
         for (uint8_t b : bytes) {
-            int32_t r2 = row[b];
+            int32_t r2 = language.at(r, b);
             if (!r2) continue;
             int32_t q2 = next(q, b);
             if (!q2) return false;

@@ -136,12 +136,11 @@ bool CFGCore::admits(const NodeRef& node, int32_t s, const DFATable& language, i
         Pair here = std::move(stack.back());
         stack.pop_back();
         meter.burn(1);
-        const int32_t* row = language.next.data() + size_t(here.r) * 256;
         // bytes of one lexer class, language state and lexeme ending step alike
         std::vector<std::tuple<int32_t, int32_t, bool>> stepped;
         const int32_t tag = lexer_->tag(here.s);
         for (const uint8_t byte : bytes) {
-            const int32_t r = row[byte];
+            const int32_t r = language.at(here.r, byte);
             if (!r) continue;
             const bool ends = tag && lexer_->can_end(tag, byte);
             const auto alike = std::make_tuple(classes[byte], r, ends);

@@ -34,15 +34,19 @@ void Slices::validate_and_index() {
         for (int j : within[i]) require(j >= 0 && size_t(j) < n, "a slice holder out of range");
     }
     language_classes_.assign(n * 256, 0);
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < n; ++i) {  // bytes whose columns are alike share a class
+        const DFATable& language = languages[i];
         std::map<std::vector<int32_t>, int32_t> column_class;
-        for (int b = 0; b < 256; ++b) {
-            std::vector<int32_t> column(size_t(languages[i].n_states));
+        std::vector<int32_t> merged(size_t(language.n_classes));
+        for (int32_t c = 0; c < language.n_classes; ++c) {
+            std::vector<int32_t> column(size_t(language.n_states));
             for (size_t r = 0; r < column.size(); ++r)
-                column[r] = languages[i].next[r * 256 + size_t(b)];
-            language_classes_[i * 256 + size_t(b)] =
+                column[r] = language.next[r * size_t(language.n_classes) + size_t(c)];
+            merged[size_t(c)] =
                 column_class.emplace(std::move(column), int32_t(column_class.size())).first->second;
         }
+        for (int b = 0; b < 256; ++b)
+            language_classes_[i * 256 + size_t(b)] = merged[language.classes[size_t(b)]];
     }
     require(trie != nullptr, "the vocabulary's trie is required");
     for (int64_t t : trie->tokens)
@@ -64,7 +68,7 @@ void Slices::validate_and_index() {
         inside_character_.assign(size_t(text.n_states), 0);
         for (int64_t r = 0; r < text.n_states; ++r)
             for (int b = 0x80; b < 0xC0; ++b)
-                if (text.next[size_t(r) * 256 + size_t(b)]) inside_character_[size_t(r)] = 1;
+                if (text.at(int32_t(r), uint8_t(b))) inside_character_[size_t(r)] = 1;
         // per depth on the path to a node: the text language's state and characters read
         std::vector<int32_t> state{starts[size_t(text_language_)]};
         std::vector<int> characters{0};
@@ -74,7 +78,7 @@ void Slices::validate_and_index() {
             state.resize(d + 1);
             characters.resize(d + 1);
             const int32_t before = state[d - 1];
-            state[d] = before ? text.next[size_t(before) * 256 + b] : 0;
+            state[d] = before ? text.at(before, b) : 0;
             characters[d] = characters[d - 1] + ((b & 0xC0) != 0x80);
             for (int64_t k = trie->token_start[v]; k < trie->token_start[v + 1]; ++k) {
                 const auto t = size_t(trie->tokens[size_t(k)]);
@@ -225,9 +229,8 @@ int MaskFiller::text_length(int32_t s) {
             const auto [r, q] = inside.back();
             inside.pop_back();
             const int32_t tag = lexer.tag(q);
-            const int32_t* row = text.next.data() + size_t(r) * 256;
             for (uint8_t b : bytes) {
-                const int32_t r2 = row[b];
+                const int32_t r2 = text.at(r, b);
                 if (!r2) continue;
                 const int32_t q2 = lexer.next(q, b);
                 if (!q2) {
@@ -263,16 +266,16 @@ bool MaskFiller::ends_inside(int32_t s, int slice) {
         auto [r, q] = stack.back();
         stack.pop_back();
         const int32_t tag = lexer.tag(q);
-        const int32_t* row = language.next.data() + size_t(r) * 256;
         for (size_t k = 0; k < bytes.size() && !ends; ++k) {
             const uint8_t b = bytes[k];
-            if (!row[b]) continue;
+            const int32_t r2 = language.at(r, b);
+            if (!r2) continue;
             const int32_t q2 = lexer.next(q, b);
             if (!q2) {
                 ends = tag && lexer.can_end(tag, b);
                 continue;
             }
-            if (seen.insert(row[b], q2)) stack.emplace_back(row[b], q2);
+            if (seen.insert(r2, q2)) stack.emplace_back(r2, q2);
         }
     }
     ends_inside_.emplace(key, ends);

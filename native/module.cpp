@@ -707,21 +707,32 @@ PYBIND11_MODULE(native, m) {
         .def(py::init(&trie_from), py::arg("trie"));
 
     py::class_<DFATable>(m, "DFATable")
-        .def(py::init([](const Array<int32_t>& table) {
-                 if (table.ndim() != 2 || table.shape(1) != 256)
-                     throw py::value_error("a DFA table must be (n, 256)");
-                 DFATable out{to_vector(table), table.shape(0)};
+        .def(py::init([](const Array<int32_t>& table, const Array<uint8_t>& classes) {
+                 if (table.ndim() != 2 || table.shape(1) < 1 || table.shape(1) > 256)
+                     throw py::value_error("a DFA table must be (n, k) with 1 <= k <= 256");
+                 if (classes.ndim() != 1 || classes.shape(0) != 256)
+                     throw py::value_error("a DFA's byte classes must be 256 entries");
+                 DFATable out;
+                 out.next = to_vector(table);
+                 out.n_states = table.shape(0);
+                 out.n_classes = int32_t(table.shape(1));
+                 for (int b = 0; b < 256; ++b) {
+                     const uint8_t c = classes.data()[b];
+                     if (c >= out.n_classes)
+                         throw py::value_error("a byte class outside the table");
+                     out.classes[size_t(b)] = c;
+                 }
                  for (int32_t t : out.next)
                      if (t < 0 || t >= out.n_states)
                          throw py::value_error("a transition leads outside the table");
                  return out;
              }),
-             py::arg("table"))
+             py::arg("table"), py::arg("classes"))
         .def(
             "tokens",
             [](const DFATable& dfa, const Trie& trie, int32_t state) {
                 if (state < 0 || state >= dfa.n_states) throw py::value_error("state out of range");
-                return to_array(walk_dfa(trie, dfa.next.data(), dfa.n_states, state, nullptr));
+                return to_array(walk_dfa(trie, dfa, state));
             },
             py::arg("trie"), py::arg("state"),
             "The tokens whose bytes lead from `state` to a live state (a trie walk).")
@@ -731,9 +742,8 @@ PYBIND11_MODULE(native, m) {
                 if (state < 0 || state >= dfa.n_states) throw py::value_error("state out of range");
                 if (start < 0 || start >= language.n_states)
                     throw py::value_error("language start out of range");
-                const int32_t* next = dfa.next.data();
-                return admits([next](int32_t q, uint8_t b) { return next[size_t(q) * 256 + b]; },
-                              state, language, start);
+                return admits([&dfa](int32_t q, uint8_t b) { return dfa.at(q, b); }, state,
+                              language, start);
             },
             py::arg("state"), py::arg("language"), py::arg("language_start"),
             "Whether every string of `language` keeps this DFA live from `state`.");

@@ -138,21 +138,20 @@ Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vecto
     return piece;
 }
 
-std::vector<int32_t> walk_dfa(const Trie& trie, const int32_t* table, int64_t n_states,
-                              int32_t state, const uint8_t* accepting) {
+std::vector<int32_t> walk_dfa(const Trie& trie, const DFATable& dfa, int32_t state) {
     std::vector<int32_t> out;
-    if (state <= 0 || state >= n_states) return out;
+    if (state <= 0 || state >= dfa.n_states) return out;
     std::vector<int32_t> below(1, state);  // below[d]: the state before reading depth d + 1
     const auto n = int64_t(trie.n_nodes());
     int64_t node = 1;
     while (node < n) {
         const size_t d = size_t(trie.depth[size_t(node)] - 1);
-        const int32_t after = table[size_t(below[d]) * 256 + trie.byte[size_t(node)]];
+        const int32_t after = dfa.at(below[d], trie.byte[size_t(node)]);
         if (!after) {
             node = trie.subtree_end[size_t(node)];
             continue;
         }
-        if (!accepting || accepting[size_t(after)]) add_tokens(trie, node, out);
+        add_tokens(trie, node, out);
         if (below.size() <= d + 1) below.resize(d + 2);
         below[d + 1] = after;
         ++node;

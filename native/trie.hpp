@@ -3,6 +3,7 @@
 // (constrain/engine/vocab.py) and CFGAutomaton._walk (constrain/engine/grammar/cfg.py).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -75,15 +76,21 @@ Piece walk_lexer(Lexer& lexer, const Trie& trie, int32_t state, const std::vecto
                  bool end_at_start, const SliceFilter& filter = {},
                  const TextBelow* text = nullptr);
 
-// A byte DFA's transitions (n x 256, state 0 dead), checked once when copied in.
+// A byte DFA's transitions over its byte classes (n x k, state 0 dead; `classes` maps each
+// byte to its column), checked once when copied in: n x k cells, not n x 256 (a literal of a
+// million bytes reads two classes).
 struct DFATable {
     std::vector<int32_t> next;
+    std::array<uint8_t, 256> classes{};
     int64_t n_states = 0;
+    int32_t n_classes = 0;
+
+    int32_t at(int32_t state, uint8_t byte) const {
+        return next[size_t(state) * size_t(n_classes) + classes[byte]];
+    }
 };
 
-// The tokens whose bytes lead a byte DFA (table n x 256, state 0 dead) from `state` to a live
-// state, or to an accepting one when `accepting` is given.
-std::vector<int32_t> walk_dfa(const Trie& trie, const int32_t* table, int64_t n_states,
-                              int32_t state, const uint8_t* accepting);
+// The tokens whose bytes lead a byte DFA from `state` to a live state.
+std::vector<int32_t> walk_dfa(const Trie& trie, const DFATable& dfa, int32_t state);
 
 }  // namespace constrain

@@ -31,6 +31,7 @@ import numpy as np
 from constrain.constraints.wrapper import MatcherWrapper
 from constrain.engine import bitmask
 from constrain.engine.cache import BoundedCache
+from constrain.engine.grammar.completion import MAX_COMPLETION_BYTES
 from constrain.engine.matcher import TokenAutomaton, TokenMatcher
 from constrain.errors import InvalidTokenError
 from constrain.fuel import burn
@@ -77,7 +78,7 @@ class CompletionPlans:
 
     def _tokenized(self, state: Hashable) -> tuple[int, ...] | None:
         text = self.automaton.automaton.completion(state)
-        if text is None:
+        if text is None or len(text) > MAX_COMPLETION_BYTES:  # no budget holds a longer one
             return None
         burn(1 + 2 * len(text))  # tokenized, then spelled again to check
         tokens = self.automaton.vocab.encode_bytes(text) if text else []

@@ -2,7 +2,8 @@
 
 Every generation runs here, whatever its strategy, alone or beside others' (a server's
 requests join and leave a `Batch` between steps). Between steps `Job.running` ends what must
-end (the deadline, `max_tokens`, a text after which only EOS can follow, a cancellation); a step is
+end (the deadline, `max_tokens`, a text after which only EOS can follow, a cancellation); a job
+whose work raises fails alone (`Job.fail`): the other jobs of its batch go on. A step is
 the strategy's: `Sampling` draws one token per sequence from one batched forward, speculative
 decoding proposes and verifies several, SMC resamples between steps, ASAp reweights by its
 trie. Strategies see sequences only through `Sequence` and the batched `forward`. Time is the
@@ -69,7 +70,8 @@ class Job:
 
     A sequence ends with EOS, when only EOS can follow (without `scores_eos`: at once, with no
     forward), at `max_tokens` (EOS forced where its text is complete), when the deadline
-    passes, when the job is cancelled (finish reason "cancelled"), or dead."""
+    passes, when the job is cancelled (finish reason "cancelled"), dead, or when its work
+    raised (`fail`: finish reason "error", the exception kept in `error`)."""
 
     sequences: list[Sequence]
     strategy: Strategy
@@ -78,17 +80,28 @@ class Job:
     ended: bool = False  # every sequence has ended and the job has left its batch
     stepped: bool = False
     cancelled: str | None = None  # why it was cancelled; set from any thread
+    error: Exception | None = None  # what its work raised (`fail`)
 
     def cancel(self, why: str) -> None:
         """End the job's sequences before the next step (their KV caches are freed then)."""
         self.cancelled = why
 
+    def fail(self, error: Exception) -> None:
+        """End the job's sequences because its work raised `error` (kept in `error`): a
+        failure of one job's constraint or strategy is that job's alone."""
+        self.error = self.error or error
+        for s in self.sequences:
+            if s.running:
+                s.finish("error", str(error))
+
     def steps(self) -> Iterator[list[Sequence]]:
         """Run the job alone (a `Batch` of it) until it ends, yielding its sequences after
-        every step and once more at the end."""
+        every step and once more at the end; raises what its work raised."""
         batch = Batch([self])
         while not self.ended:
             batch.step()
+            if self.error is not None:
+                raise self.error
             yield self.sequences
 
     def running(self) -> list[Sequence]:
@@ -126,7 +139,7 @@ class Batch:
         (and left the batch)."""
         active, ended = [], []
         for job in self.jobs:
-            running = job.running()
+            running = _guarded(job, job.running) or []
             (active if running else ended).append((job, running))
         for job, _ in ended:
             job.ended = True
@@ -139,16 +152,30 @@ class Batch:
             _shared_forward(shared)
         for job, running in active:
             if len(shared) <= 1 or not isinstance(job.strategy, Sampling):
-                job.strategy.step(running)
+                _guarded(job, job.strategy.step, running)
         elapsed = time.perf_counter() - t0
         for job, running in active:
             job.strategy.stats.step_s.append(elapsed)
-            for s in running:
-                s.stats.step_s.append(elapsed)
-                if not s.running:
-                    job.strategy.finished(s)
-            job.sequences, job.stepped = job.strategy.between_steps(job.sequences), True
+            _guarded(job, self._after_step, job, running, elapsed)
         return [job for job, _ in ended]
+
+    @staticmethod
+    def _after_step(job: Job, running: list[Sequence], elapsed: float) -> None:
+        for s in running:
+            s.stats.step_s.append(elapsed)
+            if not s.running:
+                job.strategy.finished(s)
+        job.sequences, job.stepped = job.strategy.between_steps(job.sequences), True
+
+
+def _guarded(job: Job, work, *args):
+    """`work(*args)`, or None when it raised: then `job` fails with what it raised, and
+    the batch's other jobs go on."""
+    try:
+        return work(*args)
+    except Exception as exc:  # a bug or a broken constraint: this job's alone
+        job.fail(exc)
+        return None
 
 
 class MaskPrefill:
@@ -187,7 +214,7 @@ def _shared_forward(jobs: list[tuple[Job, list[Sequence]]]) -> None:
     for job, running in jobs:
         job.strategy.stats.forwards += 1
         job.strategy.stats.forward_s += seconds
-        job.strategy.advance(running, [next(rows) for _ in running])
+        _guarded(job, job.strategy.advance, running, [next(rows) for _ in running])
 
 
 def forward(

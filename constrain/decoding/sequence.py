@@ -43,8 +43,8 @@ class Sequence:
     """One generation: model stream, term streams, matcher, tokens, log-weight, finish reason.
 
     `finish_reason` is None while it runs, then "stop" (EOS, or only EOS could follow),
-    "length" (`max_tokens` reached), "timeout", or "dead" (no allowed token had non-zero
-    probability; weight -inf). `group` is the index of its prompt in a batch.
+    "length" (`max_tokens` reached), "timeout", "cancelled", "error" (its job's work raised:
+    `Job.fail`) or "dead" (no allowed token had non-zero probability; weight -inf). `group` is the index of its prompt in a batch.
     """
 
     def __init__(

@@ -184,10 +184,17 @@ class DFAAutomaton:
         self.dfa = dfa
         self.engine = resolve_engine(engine)
         self.start: int = dfa.start
-        self._table = dfa.transitions
         self._accepting = dfa.accepting
-        self._can_continue = (self._table != 0).any(axis=1)
+        self._can_continue = (dfa.table != 0).any(axis=1)
         self._admits: dict[tuple[int, ByteDFA], bool] = {}
+        self._dense: np.ndarray | None = None  # (n, 256) for the Python engine's walks
+
+    def _dense_table(self) -> np.ndarray:
+        """The (n, 256) table the Python engine's walks read (the native ones read the byte
+        classes: a million-state literal would be a gigabyte dense)."""
+        if self._dense is None:
+            self._dense = self.dfa.transitions
+        return self._dense
 
     def step(self, state: int, data: bytes) -> int | None:
         nxt = self.dfa.walk(state, data)
@@ -203,7 +210,7 @@ class DFAAutomaton:
         return self.dfa.forced_bytes(state)
 
     def expected_bytes(self, state: int) -> list[int]:
-        return [int(b) for b in np.flatnonzero(self._table[state])]
+        return [int(b) for b in np.flatnonzero(self.dfa.row(state))]
 
     def completion(self, state: int) -> bytes:
         return self.dfa.shortest_from(state)
@@ -225,7 +232,8 @@ class DFAAutomaton:
     def walk_admitted(
         self, state: int, data: np.ndarray, lengths: np.ndarray
     ) -> tuple[list[int], np.ndarray]:
-        after = walk_bytes(lambda states, column: self._table[states, column], state, data,
+        table, classes = self.dfa.table, self.dfa.classes
+        after = walk_bytes(lambda states, column: table[states, classes[column]], state, data,
                            lengths)  # fmt: skip
         distinct, index = np.unique(after, return_inverse=True)
         return distinct.tolist(), index.ravel()
@@ -235,7 +243,7 @@ class DFAAutomaton:
         found = self._admits.get(key)
         if found is None:
             if self.engine == "python":
-                found = admits(self._table, state, language)
+                found = admits(self._dense_table(), state, language)
             else:
                 found = self.dfa.native_table().admits(
                     state, language.native_table(), language.start
@@ -245,7 +253,7 @@ class DFAAutomaton:
 
     def token_ids(self, state: int, trie: TokenTrie) -> np.ndarray:
         if self.engine == "python":
-            found = trie.tokens_read_by(self._table, state)
+            found = trie.tokens_read_by(self._dense_table(), state)
         else:
             found = self.dfa.native_table().tokens(trie.native, state)
         burn(1 + len(found) // 16)  # the active fuel: the walk, after the fact

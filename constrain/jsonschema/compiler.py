@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import warnings
 from functools import lru_cache
 from typing import Any
 
-from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule, repeat
+from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule, derivable, repeat
 from constrain.engine.regex import (
     ByteDFA,
     compile_regex,
@@ -33,7 +32,7 @@ from constrain.engine.regex import (
 )
 from constrain.engine.regex.counted import CountedDFA
 from constrain.errors import GrammarError, RegexError, UnsupportedSchemaError
-from constrain.fuel import burn
+from constrain.fuel import burn, deadline_after
 from constrain.jsonschema.algebra import CompileTimeout, ShapeAlgebra
 from constrain.jsonschema.checks import JsonChecks, checks_for
 from constrain.jsonschema.layout import WHITESPACE, Layout, layout_of
@@ -52,7 +51,7 @@ from constrain.jsonschema.shapes import (
     key_text,
 )
 from constrain.jsonschema.spellings import SPELLINGS, canonical_numbers, every_escape
-from constrain.jsonschema.validation import DRAFTS, draft_validator, sites_reaching
+from constrain.jsonschema.validation import DRAFTS, draft_validator, load_exact, sites_reaching
 from constrain.jsonschema.wellformed import check_json_value, parse_schema_text
 
 __all__ = ["DRAFTS", "WHITESPACE", "Layout", "compile_schema", "draft_validator"]
@@ -62,6 +61,7 @@ _CHUNK = 32  # characters per chunk lexeme of a long string
 _MAX_SUBSETS = 10  # with any_order, objects of more named properties count required ones
 _FEW_KEYS = 16  # a region of at most this many keys is compiled as named properties
 _MAX_SITES = 64  # schema objects validated on the value (check sites) per schema
+_FEW_TEXTS = 64  # texts of an item language enumerated to count its distinct values
 
 
 class _TooManyRules(UnsupportedSchemaError):
@@ -112,6 +112,7 @@ class _Emitter:
         self.spaces: dict[str, str] = {}  # whitespace regex -> its optional nonterminal
         self.defined: set[str] = set()
         self.free_keys = False  # some object's named keys may repeat in the grammar
+        self.emptied: list[str] = []  # why parts of the schema admit no value, in words
 
     def close(self, states) -> None:
         """Give the states of a machine that have no way out a rule that derives nothing."""
@@ -300,7 +301,11 @@ class _Emitter:
         return name
 
     def array(self, a: ArrayShape, depth: int) -> str:
-        """Arrays as a machine over (items written, `contains` matches counted)."""
+        """Arrays as a machine over (items written, `contains` matches counted); unique
+        items from a few values as a machine over the values written (`unique_array`)."""
+        values = self.unique_values(a)
+        if values is not None:
+            return self.unique_array(a, values, depth)
         name = self.fresh("arr")
         counting = a.contains is not None and (a.min_contains > 0 or a.max_contains is not None)
         cap = (a.max_contains if a.max_contains is not None else a.min_contains) if counting else 0
@@ -347,6 +352,75 @@ class _Emitter:
             self.add(name, self.punctuation("[]", depth))
         return name
 
+    def keys_available(self, members: list, regions: list, needed: int) -> int | None:
+        """How many distinct keys an object may hold, when fewer than `needed` (None: at
+        least that many, or more than can be counted)."""
+        count = len(members)
+        for region in regions:
+            if count >= needed:
+                return None
+            texts = dfa_strings(self.algebra.key_set_dfa(region.keys), needed)
+            if texts is None:
+                return None
+            count += len(texts)
+        return count
+
+    def unique_values(self, a: ArrayShape) -> list[ByteDFA] | None:
+        """For an array with `uniqueItems` whose items (all alike, no `contains`) are scalars
+        of at most `_MAX_SUBSETS` distinct values: the texts of each value, as a DFA (1 and
+        1.0 are one value); None otherwise (the text check then refuses repeats)."""
+        item = a.items
+        if not a.unique or a.prefix or a.contains is not None or item.arrays or item.objects:
+            return None
+        if item.text is not None or item.checks:
+            return None
+        texts = dfa_strings(canonical_numbers(item.scalars), _FEW_TEXTS)  # 1, not 1.0
+        if texts is None:
+            return None
+        values: dict[tuple, list[bytes]] = {}
+        for text in texts:
+            value = load_exact(text)
+            kind = "bool" if isinstance(value, bool) else type(value).__name__
+            values.setdefault((kind, value), []).append(text)
+        if len(values) > _MAX_SUBSETS and len(values) >= a.min_items:
+            return None
+        return [dfa_from_strings([t.decode() for t in group]) for group in values.values()]
+
+    def unique_array(self, a: ArrayShape, values: list[ByteDFA], depth: int) -> str:
+        """A `uniqueItems` array over a few values, exactly: a machine over the set of values
+        written (each at most once, in any order), so no repeat is ever begun. Fewer values
+        than `minItems` admit no array."""
+        name = self.fresh("uarr")
+        if len(values) < a.min_items:
+            self.emptied.append(
+                f"uniqueItems with minItems {a.min_items}: the items take {len(values)} "
+                f"distinct value{'s' * (len(values) != 1)}"
+            )
+            self.add(name, (self.nothing(),))
+            return name
+        items = [self.dfa_lexeme("scalar", dfa) for dfa in values]
+        comma = self.punctuation(",", depth)
+        cap = len(values) if a.max_items is None else min(a.max_items, len(values))
+        for done in range(1, 2 ** len(values)):
+            count = done.bit_count()
+            if count > cap:
+                continue
+            here = f"{name}_{done}"
+            if count >= a.min_items:
+                self.add(here, ())
+            if count < cap:
+                for i, item in enumerate(items):
+                    if not done >> i & 1:
+                        self.add(here, (*comma, item, f"{name}_{done | 1 << i}"))
+        first = f"{name}_first"
+        for i, item in enumerate(items):
+            self.add(first, (item, f"{name}_{1 << i}"))
+        self.close(f"{name}_{done}" for done in range(1, 2 ** len(values)))
+        self.add(name, (*self.punctuation("[", depth), first, *self.punctuation("]", depth)))
+        if a.min_items == 0:
+            self.add(name, self.punctuation("[]", depth))
+        return name
+
     def _few_keys_named(self, o: ObjectShape) -> tuple[dict, list]:
         """The object's named properties and regions, where a region of a few keys (an enum
         of `propertyNames`, say) becomes named optional properties: named keys are written
@@ -376,6 +450,12 @@ class _Emitter:
             return name
         named, regions = self._few_keys_named(o)
         members = [(k, p.value) for k, p in named.items() if p.value is not NOTHING]
+        keys = self.keys_available(members, regions, o.min_props)
+        if keys is not None and keys < o.min_props:
+            self.emptied.append(f"minProperties {o.min_props}: only {keys} property names "
+                                f"are allowed")  # fmt: skip
+            self.add(name, (self.nothing(),))
+            return name
         colon, comma = self.punctuation(":", depth), self.punctuation(",", depth)
         pairs = [(self.key_lexeme(k), *colon, self.value(v, depth + 1)) for k, v in members]
         extra = None
@@ -559,7 +639,7 @@ def compile_schema(
     pretty = whitespace == "pretty"
     layout = None if pretty else layout_of(whitespace)
     try:
-        normalizer, root = _normalized(schema, lenient, draft, time.monotonic() + timeout)
+        normalizer, root = _normalized(schema, lenient, draft, deadline_after(timeout))
         emitter = _Emitter(
             normalizer.algebra, layout, indent if pretty else None, any_order, max_rules, spellings
         )
@@ -573,6 +653,8 @@ def compile_schema(
             "",
         ) from None
     emitter.add("start", (start,))
+    if emitter.emptied and "start" not in derivable(emitter.rules, set(emitter.lexemes) - {"NOTHING"}):
+        raise GrammarError(f"the schema admits no value: {'; '.join(emitter.emptied)}")
     if normalizer.dropped:
         warnings.warn(
             "lenient JSON Schema compile dropped: " + "; ".join(normalizer.dropped), stacklevel=2

@@ -8,7 +8,9 @@ optional: the punctuation may always touch its neighbours. Nothing is admitted b
 the document's value.
 
 The modes of ``Grammar.from_json_schema(whitespace=...)`` are values of this one type
-(`WHITESPACE`); a regex given as `whitespace` is the layout with that regex at every site.
+(`WHITESPACE`); a regex given as `whitespace` is the layout with that regex at every site, and
+must match JSON whitespace only (spaces, tabs, line feeds, carriage returns): anything else
+between two tokens would make the text not JSON.
 ``"pretty"`` (exactly ``json.dumps(value, indent=n)``) is not a layout: its indentation
 depends on the nesting depth, so the compiler writes it itself.
 """
@@ -16,6 +18,9 @@ depends on the nesting depth, so the compiler writes it itself.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+
+from constrain.engine.regex import combine, compile_regex
+from constrain.errors import GrammarError, RegexError
 
 __all__ = ["NATURAL_BREAK", "WHITESPACE", "Layout", "layout_of"]
 
@@ -93,4 +98,23 @@ def layout_of(whitespace: str | Layout | None) -> Layout:
     if whitespace is None:
         return WHITESPACE["compact"]
     found = WHITESPACE.get(whitespace)
-    return found if found is not None else Layout.uniform(whitespace)
+    if found is not None:
+        return found
+    _check_whitespace_only(whitespace)
+    return Layout.uniform(whitespace)
+
+
+def _check_whitespace_only(regex: str) -> None:
+    """Refuse a whitespace regex that matches some text JSON does not take as whitespace."""
+    if not isinstance(regex, str):
+        raise GrammarError(f"whitespace must be a mode or a regex, got {type(regex).__name__}")
+    try:
+        beyond = combine(compile_regex(regex), compile_regex(r"[ \t\n\r]*"), "minus", regex)
+    except RegexError as exc:
+        raise GrammarError(f"whitespace regex {regex!r}: {exc.reason}") from None
+    if not beyond.is_empty():
+        example = beyond.shortest_from(beyond.start).decode("utf-8", "replace")
+        raise GrammarError(
+            f"whitespace regex {regex!r} matches {example!r}, which is not JSON whitespace: "
+            f"it may match only spaces, tabs, line feeds and carriage returns"
+        )

@@ -113,13 +113,19 @@ def create_app(served: Served, scheduler: Scheduler, access: Access | None = Non
 
     @app.get("/health")
     async def health():
-        """200 while the scheduler steps; 503 "stalled" when one step or admission has taken
-        longer than `_STALLED` seconds (nothing new is decoded meanwhile)."""
+        """200 "ok" while the scheduler steps; 503 "stalled" when one step or admission has
+        taken longer than `_STALLED` seconds (nothing new is decoded meanwhile) or when every
+        compile slot is held past its preparation's backstop (no new constraint can compile);
+        200 "degraded" when some are."""
         busy = scheduler.busy_since
         busy_s = 0.0 if busy is None else time.monotonic() - busy
-        stalled = busy_s > _STALLED
-        status = {"status": "stalled" if stalled else "ok", "running": len(scheduler.running),
+        slots = served.compile_slots
+        overdue = slots.overdue()
+        stalled = busy_s > _STALLED or (overdue and overdue >= slots.slots)
+        state = "stalled" if stalled else "degraded" if overdue else "ok"
+        status = {"status": state, "running": len(scheduler.running),
                   "waiting": len(scheduler.waiting), "preparing": len(preparer.under_way),
+                  "compiling": slots.held, "compiles_overdue": overdue,
                   "sequences_in_flight": scheduler.sequences_in_flight,
                   "step_seconds": round(busy_s, 3)}  # fmt: skip
         return JSONResponse(status, status_code=503 if stalled else 200)

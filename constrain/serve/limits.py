@@ -3,7 +3,8 @@
 A request is refused as soon as it asks for more than a limit allows, before the server does
 the work the limit is there to bound: the body's size before it is read, the number of
 messages and tools before they are checked, the prompt's characters before it is tokenized,
-``n`` x ``particles`` before any sequence exists, the preparations under way before another
+``n`` x ``particles`` before any sequence exists, the bytes of a constraint's text (a regex, a grammar, the choices) before it is
+read, the preparations under way before another
 starts, the compiles of constraints not seen before (`max_compiling` at once, the others
 wait for a slot up to `compile_wait` seconds; a compiled one never waits), and every stage of preparing it (compiling, planning completions, the first masks)
 under one `Fuel` of ``prepare_fuel`` units. Each limit is a server option (``constrain serve
@@ -13,11 +14,14 @@ preparations and compiles (busy: retry), 400 for the rest. docs/serving.md lists
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from constrain.serve.errors import RequestError
 
-__all__ = ["Limits", "options"]
+__all__ = ["CompileSlots", "Limits", "options"]
 
 
 def _limit(default, help: str):
@@ -38,6 +42,9 @@ class Limits:
     max_prompt_chars: int | None = _limit(
         None, "characters of a prompt (messages and tools) before tokenizing (default: 16 "
         "per token of the model's context, more than any text that fits in it)")  # fmt: skip
+    max_constraint_bytes: int = _limit(
+        256 * 2**10, "bytes of a regex or grammar text, or of a request's choices together "
+        "(UTF-8), checked before any is read")  # fmt: skip
     max_n: int = _limit(8, "choices (n) of a request")
     max_sequences: int = _limit(64, "sequences one request decodes at once: n x particles")
     max_preparing: int = _limit(64, "requests being prepared at once, waiting included "
@@ -75,6 +82,72 @@ class Limits:
                 param,
                 code="limit_exceeded",
             )
+
+
+    def check_text(self, param: str, text: str | Sequence[str]) -> None:
+        """Refuse constraint text in `param` (a regex, a grammar, a list of choices) beyond
+        `max_constraint_bytes` in all, or holding a lone surrogate (UTF-8 cannot hold one),
+        before any of it is read."""
+        named = [(param, text)] if isinstance(text, str) else [
+            (f"{param}[{i}]", item) for i, item in enumerate(text)
+        ]  # fmt: skip
+        size = 0
+        for where, item in named:
+            try:
+                size += len(item.encode("utf-8"))
+            except UnicodeEncodeError as exc:
+                raise RequestError(
+                    f"{where} holds a lone surrogate U+{ord(item[exc.start]):04X} at character "
+                    f"{exc.start}, which UTF-8 text cannot hold",
+                    where,
+                ) from None
+            if size > self.max_constraint_bytes:
+                raise RequestError(
+                    f"{param} has more than {self.max_constraint_bytes:,} bytes of text; this "
+                    f"server reads at most that much of a regex, grammar or choices "
+                    f"(--max-constraint-bytes)",
+                    param,
+                    code="limit_exceeded",
+                )
+
+
+class CompileSlots:
+    """`Limits.max_compiling` slots for compiling constraints not seen before, each held by
+    one preparation (its `Fuel`) from the moment it takes it: /health reports those held
+    longer than the preparation's backstop (`overdue`), which no preparation should be."""
+
+    def __init__(self, slots: int):
+        self.slots = slots
+        self._free = threading.Semaphore(slots)
+        self._held: dict[object, float] = {}  # holder -> its backstop (time.monotonic())
+        self._lock = threading.Lock()
+
+    def take(self, holder, wait: float, backstop: float, give_up) -> bool:
+        """Take a slot for `holder` within `wait` seconds (False: none came free);
+        `give_up()` is called between looks (it raises when the request is abandoned)."""
+        deadline = time.monotonic() + wait
+        while not self._free.acquire(timeout=min(0.1, max(deadline - time.monotonic(), 0))):
+            give_up()
+            if time.monotonic() >= deadline:
+                return False
+        with self._lock:
+            self._held[holder] = backstop
+        return True
+
+    def give_back(self, holder) -> None:
+        with self._lock:
+            del self._held[holder]
+        self._free.release()
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def overdue(self) -> int:
+        """Slots held past their holder's backstop (its work no longer burns its fuel)."""
+        now = time.monotonic()
+        with self._lock:
+            return sum(now > backstop for backstop in self._held.values())
 
 
 def options() -> list[tuple[str, type, object, str]]:

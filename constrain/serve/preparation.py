@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from constrain.errors import Abandoned, WorkLimitError
+from constrain.errors import Abandoned, ConstrainError, WorkLimitError
 from constrain.fuel import Fuel, stage
 from constrain.serve.errors import RequestError
 from constrain.serve.limits import Limits
@@ -32,21 +32,30 @@ __all__ = ["Preparer", "read_body"]
 Reader = Callable[[Mapping, Served], Request]
 _WATCH_EVERY = 0.1  # seconds between two looks at the client while its request is prepared
 _CLIENT_LEFT = "the client went away"
+_DRAINED = 64 * 2**20  # bytes of a body past the limit read and dropped before the 413
 
 
 async def read_body(http, limits: Limits) -> bytes:
     """The request's body, refused with a 413 naming the limit once it is longer than
-    `Limits.max_body_bytes` (by its Content-Length before reading, else while reading)."""
+    `Limits.max_body_bytes`. A client reads a response only once it has sent its body, so
+    the rest of a too-large one is read and dropped (up to `_DRAINED` bytes more) before the
+    413 is sent; a client that waits for ``Expect: 100-continue`` gets it at once, and so does
+    one that declares more than that."""
     limit = limits.max_body_bytes
     declared = http.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _too_large(int(declared), limit)
+    size = int(declared) if declared is not None and declared.isdigit() else 0
+    waits = http.headers.get("expect", "").lower() == "100-continue"
+    if size > limit and (waits or size > limit + _DRAINED):
+        raise _too_large(size, limit)
     chunks, size = [], 0
     async for chunk in http.stream():
         size += len(chunk)
-        if size > limit:
-            raise _too_large(size, limit)
-        chunks.append(chunk)
+        if size > limit + _DRAINED:
+            break
+        if size <= limit:
+            chunks.append(chunk)
+    if size > limit:
+        raise _too_large(size, limit)
     return b"".join(chunks)
 
 
@@ -125,13 +134,23 @@ def _prepare(fuel: Fuel, read: Reader, raw: bytes, served: Served) -> Request:
         try:
             with stage("reading the request"):
                 request = read(body, served)
-            request.plan.prepare()
         except (RequestError, Abandoned):
             raise
         except WorkLimitError as exc:  # outside a compile (which names its field)
             raise RequestError(str(exc), code="work_limit_exceeded") from None
-        except (AttributeError, KeyError, TypeError, ValueError, RecursionError) as exc:
-            raise RequestError(f"malformed request: {type(exc).__name__}: {exc}") from None
+        except RecursionError:
+            raise RequestError("the request nests too deeply to be read") from None
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise RequestError(f"malformed request: {exc}") from None
+        try:  # the compiled constraints' plans and first masks: errors name their field
+            request.plan.prepare()
+        except Abandoned:
+            raise
+        except WorkLimitError as exc:
+            raise RequestError(f"{request.param}: {exc}", request.param,
+                               code="work_limit_exceeded") from None  # fmt: skip
+        except ConstrainError as exc:
+            raise RequestError(f"{request.param}: {exc}", request.param) from None
     return request
 
 

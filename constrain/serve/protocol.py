@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import json
 import math
-import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
+from constrain import fuel
 from constrain.constraints import ConstraintSpec
 from constrain.errors import Abandoned, ConstrainError, UnsupportedSchemaError, WorkLimitError
-from constrain.fuel import burn
 from constrain.models.base import PromptIds
 from constrain.models.prompts import encode_chat, encode_text, render_chat
 from constrain.options import SMC, DecodingConfig, Speculative
@@ -32,7 +30,7 @@ from constrain.serve import conventions
 from constrain.serve import tools as toolbox
 from constrain.serve.conversation import for_template, read_messages
 from constrain.serve.errors import RequestError
-from constrain.serve.limits import Limits
+from constrain.serve.limits import CompileSlots, Limits
 from constrain.serve.sections import AnswerPlan, Calls, Thinking
 
 __all__ = ["Served", "Request", "read_chat", "read_completion"]
@@ -74,10 +72,10 @@ class Served:
     timeout: float = 120.0  # default and longest decoding time of a request, seconds
     tool_format_name: str | None = None  # a registry name forcing the format (else derived)
     limits: Limits = field(default_factory=Limits)
-    compile_slots: threading.Semaphore = field(init=False, repr=False)
+    compile_slots: CompileSlots = field(init=False, repr=False)
 
     def __post_init__(self):
-        self.compile_slots = threading.Semaphore(self.limits.max_compiling)
+        self.compile_slots = CompileSlots(self.limits.max_compiling)
 
     @property
     def tokenizer(self):
@@ -123,6 +121,7 @@ class Request:
     stream_partial: bool = False  # streamed deltas carry the content's value so far
     grammar_syntax: str | None = None  # "lark" or "gbnf" when the content is a grammar
     echo: dict = field(default_factory=dict)  # settings a response repeats (Responses API)
+    param: str = "response_format"  # the field planning errors name: the constraint's
 
 
 def read_chat(body: Mapping, served: Served) -> Request:
@@ -235,6 +234,14 @@ def _sequences(body: Mapping, served: Served) -> int:
 def _request(kind, body, served, prompt, n, max_tokens, thinking, calls) -> Request:
     wanted = conventions.content_constraint(body)
     content_spec = wanted.spec
+    text = content_spec.regex or content_spec.choices
+    if content_spec.kind == "grammar" and isinstance(content_spec.grammar, str):
+        text = content_spec.grammar
+    if text is not None:
+        served.limits.check_text(wanted.param, text)
+    whitespace = (content_spec.schema_options or {}).get("whitespace")
+    if whitespace not in (None, *conventions.JSON_WHITESPACE):
+        served.limits.check_text("whitespace_pattern", whitespace)
     content = _compile(content_spec, served, wanted.param, wanted.syntax)
     if calls is not None and calls.choice == "auto" and content_spec.kind != "free":
         raise RequestError(
@@ -299,6 +306,7 @@ def _request(kind, body, served, prompt, n, max_tokens, thinking, calls) -> Requ
         include_usage,
         partial,
         wanted.syntax,
+        param=wanted.param if content_spec.kind != "free" or calls is None else "tools",
     )
 
 
@@ -390,8 +398,11 @@ def _compile(spec: ConstraintSpec, served: Served, param: str, syntax: str | Non
     read in). A compile takes one of the server's compile slots: none free within
     `Limits.compile_wait` is a 429."""
     vocab = served.model.vocab
-    slot = None if spec.is_compiled(vocab) else served.compile_slots
-    if slot is not None and not _acquire(slot, served.limits.compile_wait):
+    slots = None if spec.is_compiled(vocab) else served.compile_slots
+    work, holder = fuel.current(), object()
+    backstop = math.inf if work is None else work.deadline
+    if slots is not None and not slots.take(holder, served.limits.compile_wait, backstop,
+                                            lambda: fuel.burn(0)):  # fmt: skip
         raise RequestError(
             f"the server has been compiling {served.limits.max_compiling} constraints, its "
             f"limit (--max-compiling), for the {served.limits.compile_wait:g} s this request "
@@ -412,19 +423,11 @@ def _compile(spec: ConstraintSpec, served: Served, param: str, syntax: str | Non
     except ConstrainError as exc:
         read_as = f"{param} read as {_SYNTAX_NAMES[syntax]}: " if syntax else ""
         raise RequestError(f"{read_as}{exc}", param) from None
+    except RecursionError:
+        raise RequestError(f"{param} nests too deeply to be read", param) from None
     finally:
-        if slot is not None:
-            slot.release()
-
-
-def _acquire(slot: threading.Semaphore, seconds: float) -> bool:
-    """Take `slot` within `seconds`; the request's fuel may abandon the wait."""
-    deadline = time.monotonic() + seconds
-    while not slot.acquire(timeout=min(0.1, max(deadline - time.monotonic(), 0))):
-        burn(0)  # raises Abandoned once the client has gone
-        if time.monotonic() >= deadline:
-            return False
-    return True
+        if slots is not None:
+            slots.give_back(holder)
 
 
 def _config(body: Mapping, served: Served, max_tokens: int) -> DecodingConfig:

@@ -257,5 +257,5 @@ def as_request_error(exc: Exception) -> RequestError:
     """`exc` as the error the client gets (a bug is a 500 naming it)."""
     if isinstance(exc, RequestError):
         return exc
-    return RequestError(f"internal error: {type(exc).__name__}: {exc}", status=500,
+    return RequestError(f"internal error (the server logged it): {exc}", status=500,
                         code="internal_error")  # fmt: skip

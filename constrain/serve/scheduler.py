@@ -14,6 +14,7 @@ import collections
 import contextlib
 import ctypes
 import gc
+import logging
 import sys
 import threading
 import time
@@ -30,6 +31,7 @@ from constrain.serve.sections import Answer
 
 __all__ = ["Choice", "Scheduler", "Ticket", "Update"]
 
+log = logging.getLogger("constrain.serve")
 _TRIM_EVERY = 2.0  # seconds between returns of freed heap pages to the system
 _GIVE_WAY = 0.002  # seconds another thread's long work sleeps while a step is under way
 _SWITCH_INTERVAL = 0.001  # seconds a thread holds the GIL while another waits for it
@@ -164,11 +166,10 @@ class Scheduler:
             try:
                 if self.batch.jobs:
                     self._step()
-            except Exception as exc:  # a bug: fail the requests in flight, keep serving
-                for ticket in self.running:
-                    ticket.send(Update(error=exc))
-                    self.metrics.failed += 1
-                self.running, self.batch = [], Batch()
+            except Exception as exc:  # the shared forward failed: every request in flight
+                for ticket in list(self.running):
+                    self._fail(ticket, exc)
+                self.batch = Batch()
             finally:
                 self.busy_since = None
 
@@ -216,17 +217,39 @@ class Scheduler:
         elapsed = time.perf_counter() - t0
         self.metrics.observe_step(elapsed, len(self.running))
         for ticket in list(self.running):
-            job = ticket.job
-            smc = not ticket.request.config.token_samples
-            for s, readout in zip(job.sequences, ticket.readouts):
-                readout.answer.after_step(s)
-            if ticket.first_token_at is None and any(s.tokens for s in job.sequences):
-                ticket.first_token_at = time.perf_counter()
-                self.metrics.observe_ttft(ticket.first_token_at - ticket.submitted)
-            if job.ended or (not smc and all(not s.running for s in job.sequences)):
-                self._complete(ticket)
-            elif ticket.request.stream and not smc:
-                ticket.send(self._deltas(ticket, final=False))
+            try:
+                self._after_step(ticket)
+            except Exception as exc:  # a bug in this request's answer: its failure alone
+                ticket.job.fail(exc)
+            if ticket.job.error is not None:
+                self._fail(ticket, ticket.job.error)
+
+    def _after_step(self, ticket: Ticket) -> None:
+        """Move `ticket`'s sequences through their sections; send what they added, or the
+        finished choices."""
+        job = ticket.job
+        if job.error is not None:
+            return
+        smc = not ticket.request.config.token_samples
+        for s, readout in zip(job.sequences, ticket.readouts):
+            readout.answer.after_step(s)
+        if ticket.first_token_at is None and any(s.tokens for s in job.sequences):
+            ticket.first_token_at = time.perf_counter()
+            self.metrics.observe_ttft(ticket.first_token_at - ticket.submitted)
+        if job.ended or (not smc and all(not s.running for s in job.sequences)):
+            self._complete(ticket)
+        elif ticket.request.stream and not smc:
+            ticket.send(self._deltas(ticket, final=False))
+
+    def _fail(self, ticket: Ticket, error: Exception) -> None:
+        """Answer `ticket` with `error` (its sequences have ended) and retire it; the other
+        requests go on."""
+        log.error("request failed while decoding", exc_info=error)
+        if ticket in self.running:
+            self.running.remove(ticket)
+        ticket.job.cancel("failed")
+        ticket.send(Update(error=error))
+        self.metrics.failed += 1
 
     def _deltas(self, ticket: Ticket, final: bool) -> Update:
         """What each choice has added since the last update."""

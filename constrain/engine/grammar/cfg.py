@@ -183,7 +183,7 @@ class CFGAutomaton:
         return _remember(self._expected, state, sorted(found))
 
     def can_continue(self, state: tuple) -> bool:
-        return bool(self.expected_bytes(state))
+        return bool(self.expected_bytes(state)) or bool(self.allowed_specials(state))
 
     def forced_bytes(self, state: tuple) -> bytes:
         found = self._forced.get(state)

@@ -23,6 +23,10 @@ Gluing shortest yields can lex differently from the derivation (longest match ma
 lexemes, as in ``None`` ``else``), so every answer is checked by running the automaton over
 it; a failed check retries with the shortest ignored text (a space) between lexemes, then
 falls back to a bounded breadth-first search over bytes.
+
+A completion longer than `MAX_COMPLETION_BYTES`, or whose derivation takes more than
+`MAX_SPELL_STEPS` steps to spell, is not spelled: no budget could hold it (rules that double,
+``a2 ::= a1 a1``, reach 2^40 bytes in 40 rules), so the state has no known completion.
 """
 
 from __future__ import annotations
@@ -38,8 +42,10 @@ from constrain.engine.regex import ByteDFA
 from constrain.engine.regex.bytedfa import BYTE_PREFERENCE
 from constrain.fuel import burn
 
-__all__ = ["Completions", "search_completion"]
+__all__ = ["MAX_COMPLETION_BYTES", "MAX_SPELL_STEPS", "Completions", "search_completion"]
 
+MAX_COMPLETION_BYTES = 2**16  # longer shortest completions are not spelled (none is known)
+MAX_SPELL_STEPS = 2**20  # symbols visited spelling one completion, empty ones included
 _INF = float("inf")
 _SEARCH_STATES = 4_000  # states the fallback search visits at most
 _OWED_KEPT = 2**12  # parser nodes whose answers are remembered
@@ -137,12 +143,21 @@ class Completions:
                     heapq.heappush(heap, (known[r], r))
         return nts, rule_of
 
-    def rest_pieces(self, d: int) -> tuple[bytes, ...]:
+    def rest_pieces(self, d: int, steps: list[int] | None = None) -> tuple[bytes, ...]:
         """The shortest yield of the symbols after the dot of dotted rule `d`, one piece per
-        lexeme (spelled anew each time: as long as the text, so not worth keeping)."""
+        lexeme (spelled anew each time: as long as the text, so not worth keeping); `steps`
+        holds the symbols the completion may still visit (`_TooLong` when none are left;
+        default `MAX_SPELL_STEPS`)."""
+        steps = [MAX_SPELL_STEPS] if steps is None else steps
         out = []
         stack = [d]  # dotted positions still to spell, innermost last
+        left = steps[0]
         while stack:
+            left -= 1
+            if not left & 1023:
+                burn(256)
+                if left <= 0:
+                    raise _TooLong
             e = stack.pop()
             sym = self.next_sym[e]
             if sym is None:
@@ -153,6 +168,7 @@ class Completions:
             else:
                 stack.append(self._rule_of[sym])
         burn(1 + len(out) // 4)
+        steps[0] = left
         return tuple(out)
 
     # -- parser nodes -----------------------------------------------------------------------
@@ -208,11 +224,11 @@ class Completions:
                     heapq.heappush(heap, (total, a))
         return best
 
-    def _owed_pieces(self, node: ChartNode, a: int) -> list[bytes]:
+    def _owed_pieces(self, node: ChartNode, a: int, steps: list[int]) -> list[bytes]:
         out = []
         while True:
             _, d, serial = self._solve(node)[a]
-            out += self.rest_pieces(d + 1)
+            out += self.rest_pieces(d + 1, steps)
             if self.lhs[d] == self.start_nt:
                 return out
             if serial is not None:  # the origin of one of the node's items
@@ -221,7 +237,8 @@ class Completions:
 
     def node_completion(self, node: ChartNode) -> tuple[float, list[bytes] | None]:
         """The shortest text that finishes the sentence from `node` (no lexeme in progress),
-        as its length and one piece per lexeme."""
+        as its length and one piece per lexeme (None: there is none, or it is longer than
+        `MAX_COMPLETION_BYTES` or takes more than `MAX_SPELL_STEPS` to spell)."""
         self._solve(node)
         best, pick = _INF, None
         for d, o in node.items:
@@ -233,12 +250,16 @@ class Completions:
                 cost = self.rest[d] + (entry[0] if entry else _INF)
             if cost < best:
                 best, pick = cost, (d, o)
-        if pick is None:
-            return _INF, None
+        if pick is None or best > MAX_COMPLETION_BYTES:
+            return best, None
         d, o = pick
-        pieces = list(self.rest_pieces(d))
-        if self.lhs[d] != self.start_nt:
-            pieces += self._owed_pieces(node if o is None else o, self.lhs[d])
+        steps = [MAX_SPELL_STEPS]
+        try:
+            pieces = list(self.rest_pieces(d, steps))
+            if self.lhs[d] != self.start_nt:
+                pieces += self._owed_pieces(node if o is None else o, self.lhs[d], steps)
+        except _TooLong:
+            return best, None
         return best, pieces
 
     # -- states -----------------------------------------------------------------------------
@@ -288,8 +309,12 @@ class Completions:
         best, parts = _INF, None
         for suffix, after in options:
             cost, pieces = self.node_completion(after)
-            if pieces is not None and len(suffix) + cost < best:
-                best, parts = len(suffix) + cost, [suffix, *pieces] if s else pieces
+            if len(suffix) + cost < best:
+                best, parts = len(suffix) + cost, None
+                if pieces is not None:
+                    parts = [suffix, *pieces] if s else pieces
+        if best > MAX_COMPLETION_BYTES:
+            return None  # too long for any budget: not spelled, nor searched
         if parts is not None:
             for glue in (b"", self._separator):
                 if glue is None:
@@ -300,6 +325,10 @@ class Completions:
                 if end is not None and automaton.accepting(end):
                     return text
         return search_completion(automaton, state)
+
+
+class _TooLong(Exception):
+    """A completion takes more than `MAX_SPELL_STEPS` steps to spell."""
 
 
 def _path(parents: dict, end) -> bytes:

@@ -51,9 +51,11 @@ a grammar over text cannot express: it parses, then is refused with its line and
 
 Limits, each a `GrammarError` naming it: repetition bounds at most `MAX_REPEAT`, at most
 `MAX_RULES` rules in the translated grammar, groups and repetitions nested at most `MAX_DEPTH`
-deep, and the `timeout` of the whole translation. A lexeme whose regex is too large or too
-deep, or whose DFA exceeds `MAX_LEXEME_STATES` states or `MAX_LEXEME_SECONDS`, is split like
-one the condition fails for: limits of one lexeme change its form, never the language.
+deep, and the `timeout` of the whole translation (none under a fuel, which bounds the work). A
+lexeme whose regex is too large or too deep, or whose DFA exceeds `MAX_LEXEME_STATES` states or
+`MAX_LEXEME_WORK` units of work (counted, not timed, so the form is the same on any machine),
+is split like one the condition fails for: limits of one lexeme change its form, never the
+language.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ import numpy as np
 from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule, derivable, repeat
 from constrain.engine.regex import combine, compile_regex, dfa_from_code_points, dfa_from_strings
 from constrain.errors import GrammarError, RegexError
-from constrain.fuel import burn
+from constrain.fuel import burn, deadline_after
 
 __all__ = [
     "AnyChar",
@@ -96,7 +98,7 @@ MAX_DEPTH = 100  # groups ( ) and repetition operators nested in one another
 MAX_LEXEME_REGEX = 4_000  # characters of the regex of one multi-character lexeme
 MAX_LEXEME_NESTING = 32  # groups nested in the regex of one multi-character lexeme
 MAX_LEXEME_STATES = 20_000  # DFA states of one multi-character lexeme
-MAX_LEXEME_SECONDS = 1.0  # compile time of one multi-character lexeme
+MAX_LEXEME_WORK = 500_000  # fuel units compiling one multi-character lexeme (~0.3 s)
 MAX_CODE_POINT = 0x10FFFF
 
 Where = tuple[int, int]  # (line, column), both from 1
@@ -605,7 +607,7 @@ def parse_gbnf(text: str, *, timeout: float = 10.0) -> GBNFGrammar:
     """
     if not isinstance(text, str):
         raise GrammarError(f"GBNF grammar text must be a str, got {type(text).__name__}")
-    parser = _Parser(text, time.monotonic() + timeout, timeout)
+    parser = _Parser(text, deadline_after(timeout), timeout)
     return GBNFGrammar(parser.grammar(), text)
 
 
@@ -968,7 +970,7 @@ class _Translator:
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise _time_limit(self.timeout, "compiling the lexemes")
-        limits = {"max_states": MAX_LEXEME_STATES, "timeout": min(left, MAX_LEXEME_SECONDS)}
+        limits = {"max_states": MAX_LEXEME_STATES, "timeout": left, "max_work": MAX_LEXEME_WORK}
         try:
             if with_empty is not None:
                 return combine(with_empty, _EMPTY_TEXT, "minus", pattern, **limits)
@@ -1142,11 +1144,17 @@ def _overrunning(ir: GrammarIR, translator: _Translator) -> set[str]:
     for x, text in literals.items():
         if x in after:
             by_text.setdefault(text, []).append(x)
+    lengths = sorted({len(text) for text in by_text} - {0})  # of strings X: Y's prefixes to try
     for y, text in literals.items():
-        if y in units and any(
-            after[x] >> text[k] & 1 for k in range(1, len(text)) for x in by_text.get(text[:k], ())
-        ):
-            found.add(units[y])
+        if y not in units:
+            continue
+        for k in lengths:
+            if k >= len(text):
+                break
+            burn(1 + k // 64)  # the prefix sliced and hashed
+            if any(after[x] >> text[k] & 1 for x in by_text.get(text[:k], ())):
+                found.add(units[y])
+                break
     # every other pair (X, Y) sharing a first byte: a walk or a product search
     by_first: tuple[dict[int, list[str]], dict[int, list[str]]] = ({}, {})  # all, not strings
     for y in units:
@@ -1187,7 +1195,7 @@ def ir_from_gbnf(text: str, *, start: str = "root", timeout: float = 10.0) -> Gr
             rule, a token negation (refused, with its line and column), or a limit
             (`MAX_REPEAT`, `MAX_RULES`, `MAX_DEPTH`, the timeout).
     """
-    deadline = time.monotonic() + timeout
+    deadline = deadline_after(timeout)  # none under a fuel: it bounds the work
     grammar = parse_gbnf(text, timeout=timeout)
     _check_supported(grammar, start)
     regexes = _Regexes(grammar)

@@ -39,7 +39,7 @@ from constrain.engine.grammar.ir import GrammarIR, Lexeme
 from constrain.engine.grammar.keywords import mark_keywords
 from constrain.engine.regex import compile_regex, syntax_chars
 from constrain.errors import Abandoned, GrammarError, RegexError, WorkLimitError
-from constrain.fuel import Fuel, stage
+from constrain.fuel import Fuel, deadline_after, stage
 
 __all__ = ["LARK_MAX_CALLS", "LARK_UNITS_PER_CALL", "ImportResolver", "ir_from_lark", "read_lark"]
 
@@ -279,7 +279,7 @@ def ir_from_lark(
     """
     from lark.exceptions import LarkError
 
-    deadline = time.monotonic() + timeout
+    deadline = deadline_after(timeout)  # none under a fuel: it bounds the work
     resolver = ImportResolver(import_paths, text=text)
     try:
         terminals, rules, ignore = _load(text, source, resolver, start)

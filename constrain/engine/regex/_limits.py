@@ -1,4 +1,5 @@
-"""The limits of one automaton compilation: a deadline, a state cap and a memory budget.
+"""The limits of one automaton compilation: a deadline, a state cap, a memory budget and a cap
+on its work.
 
 Every stage of a compilation (NFA, subset construction, dense tables, minimisation, UTF-8
 expansion, products) calls `check` often enough that none runs much past the deadline, and
@@ -18,7 +19,7 @@ from __future__ import annotations
 import time
 
 from constrain.errors import RegexError
-from constrain.fuel import burn
+from constrain.fuel import burn, deadline_after
 
 __all__ = [
     "BYTES_PER_UNIT",
@@ -36,23 +37,31 @@ STEPS_PER_UNIT = 4  # steps of an inner loop (a set insertion, a dict lookup)
 
 
 class CompileLimits:
-    """What one compilation of `pattern` may spend: `timeout` seconds from now, `max_states`
-    automaton states (each stage says which states it counts) and `max_memory` bytes held.
+    """What one compilation of `pattern` may spend: `timeout` seconds from now (none while a
+    fuel is active), `max_states` automaton states (each stage says which states it counts),
+    `max_memory` bytes held and `max_work` units of work (None: no cap but the fuel's), a
+    limit counted, not timed, for callers that try a form and fall back to another.
 
     Raises (from `check`, `charge` and `states`): `RegexError` naming the limit exceeded and the
     keyword argument that raises it.
     """
 
-    __slots__ = ("pattern", "timeout", "deadline", "max_states", "max_memory", "held", "steps")
+    __slots__ = (
+        "pattern", "timeout", "deadline", "max_states", "max_memory", "max_work", "held",
+        "steps", "work",
+    )  # fmt: skip
 
-    def __init__(self, pattern: str, *, timeout: float, max_states: int, max_memory: int):
+    def __init__(self, pattern: str, *, timeout: float, max_states: int, max_memory: int,
+                 max_work: int | None = None):  # fmt: skip
         self.pattern = pattern
         self.timeout = timeout
-        self.deadline = time.monotonic() + timeout
+        self.deadline = deadline_after(timeout)  # none under a fuel: it bounds the work
         self.max_states = max_states
         self.max_memory = max_memory
+        self.max_work = max_work
         self.held = 0
         self.steps = 0  # steps of work done (`did`) and not burnt yet
+        self.work = 0  # units burnt
 
     def check(self, transient: int = 0, work: int = 0) -> None:
         """Raise past the deadline, or when what is held plus `transient` bytes (a temporary
@@ -60,7 +69,15 @@ class CompileLimits:
         since the last check (`WorkLimitError`, `Abandoned` from the active fuel)."""
         steps = self.steps + work
         self.steps = steps % STEPS_PER_UNIT
-        burn(1 + steps // STEPS_PER_UNIT)
+        units = 1 + steps // STEPS_PER_UNIT
+        burn(units)
+        self.work += units
+        if self.max_work is not None and self.work > self.max_work:
+            raise RegexError(
+                f"compilation exceeds its work limit of {self.max_work:,} units (max_work=); "
+                f"simplify the pattern or raise the limit",
+                self.pattern,
+            )
         if time.monotonic() > self.deadline:
             raise RegexError(
                 f"compilation exceeded its time limit of {self.timeout:g} s (timeout=); "

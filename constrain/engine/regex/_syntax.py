@@ -27,6 +27,8 @@ from constrain.errors import RegexError
 
 MARKER_BASE = 0x10F000  # lookahead k is written as chr(MARKER_BASE + k) (plane 16, private use)
 _MAX_LOOKAHEADS = 64
+MAX_GROUP_DEPTH = 50  # groups nested in one another (the parser recurses on them)
+PARSE_STEPS_PER_CHAR = 24  # work steps of parsing one character (about 6 us: 6 fuel units)
 
 
 @dataclass(frozen=True)
@@ -283,6 +285,7 @@ def parse(pattern: str, ecma: bool = False) -> tuple[Pattern, list[Lookahead]]:
     its marker characters stand for."""
     if any(lookahead_index(c) is not None or c == START_MARKER for c in pattern):
         raise RegexError("private-use characters U+10F000.. are reserved", pattern, None)
+    _check_nesting(pattern)
     found: list[tuple[bool, str, int]] = []
     tree = _parse_text(prepare(pattern, ecma, found), pattern)
     lookaheads = []
@@ -294,6 +297,17 @@ def parse(pattern: str, ecma: bool = False) -> tuple[Pattern, list[Lookahead]]:
             raise RegexError(exc.reason, pattern, at + 3 + (exc.position or 0)) from None
         lookaheads.append(Lookahead(negative, _parse_text(text, pattern), whole))
     return tree, lookaheads
+
+
+def _check_nesting(pattern: str) -> None:
+    """Groups nest at most `MAX_GROUP_DEPTH` deep (the parser and the NFA recurse on them)."""
+    depth = 0
+    for i, c in syntax_chars(pattern):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth > MAX_GROUP_DEPTH:
+            raise RegexError(
+                f"groups nested deeper than {MAX_GROUP_DEPTH} (MAX_GROUP_DEPTH)", pattern, i
+            )
 
 
 def _parse_text(text: str, pattern: str) -> Pattern:

@@ -129,12 +129,12 @@ class ByteDFA(ByteWalk):
         return self.start == DEAD
 
     def native_table(self):
-        """The dense transitions copied into the native core (once: kept with the DFA, so a
-        vocabulary's slice languages are copied once, not once per grammar)."""
+        """The transitions over byte classes copied into the native core (once: kept with the
+        DFA, so a vocabulary's slice languages are copied once, not once per grammar)."""
         if self._native is None:
             from constrain.engine.native import DFATable
 
-            self._native = DFATable(self.transitions)
+            self._native = DFATable(self.table, self.classes)
         return self._native
 
     def accepts(self, state: int) -> bool:
@@ -252,12 +252,19 @@ def first_bytes_to_accept(dfa: ByteDFA) -> np.ndarray:
     n = dfa.n_states
     big = np.iinfo(np.int64).max // 2
     dist = _distances_to_accept(dfa.table, dfa.accepting, big)
-    ordered = dfa.columns(BYTE_PREFERENCE)
+    # per byte class, its most preferred byte; the classes in the order of those bytes
+    rank = np.empty(256, dtype=np.int64)
+    rank[BYTE_PREFERENCE] = np.arange(256)
+    best = np.full(dfa.table.shape[1], 256, dtype=np.int64)
+    np.minimum.at(best, dfa.classes.astype(np.int64), rank)
+    order = np.argsort(best)
     first = np.full(n, -1, dtype=np.int64)
     todo = (dist > 0) & (dist < big)
     if todo.any():
-        column = np.argmax(dist[ordered[todo]] == (dist[todo] - 1)[:, None], axis=1)
-        first[todo] = BYTE_PREFERENCE[column]
+        burn(NUMPY_STEPS // STEPS_PER_UNIT + int(todo.sum()) * len(order) // 16)
+        ahead = dfa.table[todo][:, order]  # (states, classes), preferred first
+        column = np.argmax(dist[ahead] == (dist[todo] - 1)[:, None], axis=1)
+        first[todo] = BYTE_PREFERENCE[best[order[column]]]
     return first
 
 

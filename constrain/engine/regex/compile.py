@@ -21,7 +21,7 @@ import numpy as np
 
 from constrain.engine.cache import BoundedCache
 from constrain.engine.regex._limits import DEFAULT_MAX_MEMORY, STEPS_PER_UNIT, CompileLimits
-from constrain.engine.regex._syntax import parse
+from constrain.engine.regex._syntax import PARSE_STEPS_PER_CHAR, parse
 from constrain.engine.regex.bytedfa import ByteDFA
 from constrain.engine.regex.lowering import to_bytes
 from constrain.engine.regex.minimize import minimize
@@ -29,11 +29,13 @@ from constrain.engine.regex.nfa import NFA
 from constrain.engine.regex.subsets import determinize
 from constrain.errors import RegexError
 
-# compiled regexes by (pattern, max_states, max_memory, dialect, encoding): the timeout is not
-# part of the key, so callers passing the time left of a larger compilation still share entries;
-# bounded by their tables' bytes too (4 bytes per state and byte class)
-_COMPILED: BoundedCache[tuple, ByteDFA] = BoundedCache(
-    256, max_bytes=128 * 2**20, size=lambda dfa: dfa.table.nbytes
+# compiled regexes by (pattern, max_states, max_memory, dialect, encoding), with the work
+# their compilation took (a `max_work` below it refuses them cached too, so a cap answers the
+# same whatever was compiled before); the timeout is not part of the key, so callers passing
+# the time left of a larger compilation still share entries; bounded by their tables' bytes
+# too (4 bytes per state and byte class)
+_COMPILED: BoundedCache[tuple, tuple[ByteDFA, int]] = BoundedCache(
+    256, max_bytes=128 * 2**20, size=lambda entry: entry[0].table.nbytes
 )
 _COMPILED_LOCK = threading.Lock()
 
@@ -46,6 +48,7 @@ def compile_regex(
     max_memory: int = DEFAULT_MAX_MEMORY,
     dialect: str = "python",
     encoding: str = "utf-8",
+    max_work: int | None = None,
 ) -> ByteDFA:
     """Compile `pattern` (full-match semantics over UTF-8 bytes) to a minimal byte DFA (cached:
     the 256 most recently compiled are kept; `compile_regex.cache_clear()` forgets them).
@@ -53,17 +56,20 @@ def compile_regex(
     Args:
         pattern: the regex; see docs/regex.md for the supported syntax.
         max_states: cap on character-DFA states (and 4x that on NFA states).
-        timeout: cap on compile time, in seconds, checked by every stage.
+        timeout: cap on compile time, in seconds, checked by every stage (none while a
+            `constrain.fuel.Fuel` is active: it bounds the work).
         max_memory: cap on the memory the compilation holds, in bytes (an estimate counted
             by every stage: sets of states, tables).
         dialect: "python", or "ecma" for ECMA-262 meanings of ``.``, ``\\s`` and ``\\S`` (as
             JSON Schema's ``pattern`` uses them).
         encoding: "utf-8" (the text itself), or "json": the text as it appears between the
             quotes of a JSON string (``"``, ``\\`` and control characters escaped).
+        max_work: cap on the compilation's work, in fuel units (counted, not timed: the
+            same answer on any machine); None, no cap but the active fuel's.
 
     Raises:
         RegexError: malformed or unsupported syntax (with its position), or a limit exceeded
-            (naming it: ``max_states=``, ``timeout=``, ``max_memory=``).
+            (naming it: ``max_states=``, ``timeout=``, ``max_memory=``, ``max_work=``).
     """
     if not isinstance(pattern, str):
         raise RegexError(f"a regex must be a str, got {type(pattern).__name__}", repr(pattern))
@@ -72,14 +78,17 @@ def compile_regex(
     key = (pattern, max_states, max_memory, dialect, encoding)
     with _COMPILED_LOCK:
         found = _COMPILED.get(key)
+    limits = CompileLimits(
+        pattern, timeout=timeout, max_states=max_states, max_memory=max_memory,
+        max_work=max_work,
+    )  # fmt: skip
     if found is None:
-        limits = CompileLimits(
-            pattern, timeout=timeout, max_states=max_states, max_memory=max_memory
-        )
-        found = _compile(pattern, limits, dialect, encoding)
+        found = _compile(pattern, limits, dialect, encoding), limits.work
         with _COMPILED_LOCK:
             _COMPILED[key] = found
-    return found
+    elif max_work is not None and found[1] > max_work:
+        limits.check(work=max_work * STEPS_PER_UNIT)  # refused, as the compilation was
+    return found[0]
 
 
 def _clear_compiled() -> None:
@@ -92,6 +101,7 @@ compile_regex.cache_clear = _clear_compiled  # type: ignore[attr-defined]  (as l
 
 def _compile(pattern: str, limits: CompileLimits, dialect: str, encoding: str) -> ByteDFA:
     """The pipeline of `compile_regex`, every stage within `limits`."""
+    limits.check(work=len(pattern) * PARSE_STEPS_PER_CHAR)  # the parser burns nothing itself
     tree, lookaheads = parse(pattern, ecma=dialect == "ecma")
     nfa = NFA(pattern, limits, lookaheads=lookaheads)
     start = nfa.new()

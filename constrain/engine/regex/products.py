@@ -83,6 +83,7 @@ def combine(
     *,
     timeout: float = 10.0,
     max_memory: int = DEFAULT_MAX_MEMORY,
+    max_work: int | None = None,
 ) -> ByteDFA:
     """The minimal DFA of ``a & b`` (op "and"), ``a | b`` ("or") or ``a - b`` ("minus"): a
     product search over byte classes, then minimisation.
@@ -94,8 +95,9 @@ def combine(
     if op not in ("and", "or", "minus"):
         raise ValueError(f"unknown operation {op!r}")
     limits = CompileLimits(
-        pattern[:200], timeout=timeout, max_states=max_states, max_memory=max_memory
-    )
+        pattern[:200], timeout=timeout, max_states=max_states, max_memory=max_memory,
+        max_work=max_work,
+    )  # fmt: skip
     if a.n_states * b.n_states <= _SMALL_PRODUCT:
         return _small_combine(a, b, op, pattern, limits)
     pairs, table, classes = _product_search(a, b, op, limits)
