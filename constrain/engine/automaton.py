@@ -36,6 +36,8 @@ from constrain.engine.slices import VocabularySlices, admits
 from constrain.engine.vocab import TokenTrie, Vocabulary
 from constrain.fuel import burn
 
+MAX_COMPLETION_BYTES = 2**16  # completions longer than this are not spelled
+
 
 class Automaton(Protocol):
     """What a Matcher needs from a grammar: a live-state byte recognizer."""
@@ -65,7 +67,9 @@ class Automaton(Protocol):
 
     def expected_bytes(self, state: Hashable) -> list[int]: ...
 
-    def completion(self, state: Hashable) -> bytes | None: ...
+    def completion(self, state: Hashable) -> bytes | None:
+        """A shortest text taking `state` to acceptance; None when none is found or it is
+        longer than `MAX_COMPLETION_BYTES` (no token budget could hold it)."""
 
     def allowed_specials(self, state: Hashable) -> frozenset[str]: ...
 
@@ -212,8 +216,8 @@ class DFAAutomaton:
     def expected_bytes(self, state: int) -> list[int]:
         return [int(b) for b in np.flatnonzero(self.dfa.row(state))]
 
-    def completion(self, state: int) -> bytes:
-        return self.dfa.shortest_from(state)
+    def completion(self, state: int) -> bytes | None:
+        return self.dfa.shortest_from(state, MAX_COMPLETION_BYTES)
 
     special_texts: frozenset[str] = frozenset()  # a regex never names special tokens
 

@@ -37,22 +37,25 @@ from collections import deque
 
 import numpy as np
 
+from constrain.engine.automaton import MAX_COMPLETION_BYTES
 from constrain.engine.grammar.earley import ChartNode
 from constrain.engine.regex import ByteDFA
 from constrain.engine.regex.bytedfa import BYTE_PREFERENCE
 from constrain.fuel import burn
 
-__all__ = ["MAX_COMPLETION_BYTES", "MAX_SPELL_STEPS", "Completions", "search_completion"]
+__all__ = ["MAX_SPELL_STEPS", "Completions", "search_completion"]
 
-MAX_COMPLETION_BYTES = 2**16  # longer shortest completions are not spelled (none is known)
 MAX_SPELL_STEPS = 2**20  # symbols visited spelling one completion, empty ones included
 _INF = float("inf")
 _SEARCH_STATES = 4_000  # states the fallback search visits at most
+_ENDING_STATES = 4_096  # lexer states a search for a lexeme's endings visits at most
 _OWED_KEPT = 2**12  # parser nodes whose answers are remembered
 
 
 def _shortest(dfa: ByteDFA) -> bytes | None:
-    return None if dfa.is_empty() else dfa.shortest_from(dfa.start)
+    """A shortest text of `dfa`; None when it has none or none within `MAX_COMPLETION_BYTES`
+    (a completion through it could not be spelled anyway)."""
+    return None if dfa.is_empty() else dfa.shortest_from(dfa.start, MAX_COMPLETION_BYTES)
 
 
 class Completions:
@@ -274,7 +277,7 @@ class Completions:
         found, tags_seen = [], set()
         parents = {s: None}
         queue = deque([s])
-        while queue:
+        while queue and len(parents) <= _ENDING_STATES:  # a long literal is not walked whole
             q = queue.popleft()
             burn(4)  # a row of the lexer and its distinct successors
             tag = lexer.tag_of(q)

@@ -72,6 +72,7 @@ class ByteDFA(ByteWalk):
         "_class_of",
         "_rows",
         "_first",
+        "_dist",
         "_native",
     )
 
@@ -109,7 +110,8 @@ class ByteDFA(ByteWalk):
         # tuples of ints: a compiled grammar's thousands of DFAs cost a full collection nothing)
         self._class_of: tuple[int, ...] | None = None
         self._rows: dict[int, tuple[int, ...]] = {}
-        self._first: np.ndarray | None = None
+        self._first: np.ndarray | None = None  # per state, the first byte of a shortest string
+        self._dist: np.ndarray | None = None  # and its length (huge where none)
         self._native = None
         self.table.flags.writeable = False
         self.classes.flags.writeable = False
@@ -188,16 +190,22 @@ class ByteDFA(ByteWalk):
                     depth[t] = max(depth[t], depth[q] + 1)
         return max(d for q, d in enumerate(depth) if self.accepting[q])
 
-    def shortest_from(self, state: int) -> bytes:
+    def shortest_from(self, state: int, max_bytes: int | None = None) -> bytes | None:
         """A shortest string leading from live `state` to acceptance (ties broken towards
-        letters and digits, then printable ASCII)."""
-        if self._first is None:
-            self._first = first_bytes_to_accept(self)
+        letters and digits, then printable ASCII); None when it is longer than `max_bytes`."""
+        if self.shortest_length(state) > (max_bytes if max_bytes is not None else np.inf):
+            return None
         out = bytearray()
         while self._first[state] >= 0:
             out.append(int(self._first[state]))
             state = self.step(state, out[-1])
         return bytes(out)
+
+    def shortest_length(self, state: int) -> int:
+        """The length of a shortest string from live `state` to acceptance (not spelled)."""
+        if self._dist is None:  # `_first` is stored before `_dist`: threads see both or none
+            self._first, self._dist = first_bytes_to_accept(self)
+        return int(self._dist[state])
 
     def _row(self, state: int) -> tuple[int, ...]:
         """`state`'s next states per byte class (cached: a walk steps in Python)."""
@@ -246,9 +254,10 @@ def _byte_preference() -> np.ndarray:
 BYTE_PREFERENCE = _byte_preference()
 
 
-def first_bytes_to_accept(dfa: ByteDFA) -> np.ndarray:
+def first_bytes_to_accept(dfa: ByteDFA) -> tuple[np.ndarray, np.ndarray]:
     """Per state of a DFA (dead state 0): the first byte of a shortest string to acceptance
-    (-1 at accepting states and where acceptance is unreachable)."""
+    (-1 at accepting states and where acceptance is unreachable), and its length (a huge
+    number where acceptance is unreachable)."""
     n = dfa.n_states
     big = np.iinfo(np.int64).max // 2
     dist = _distances_to_accept(dfa.table, dfa.accepting, big)
@@ -265,7 +274,7 @@ def first_bytes_to_accept(dfa: ByteDFA) -> np.ndarray:
         ahead = dfa.table[todo][:, order]  # (states, classes), preferred first
         column = np.argmax(dist[ahead] == (dist[todo] - 1)[:, None], axis=1)
         first[todo] = BYTE_PREFERENCE[best[order[column]]]
-    return first
+    return first, dist
 
 
 def _distances_to_accept(table: np.ndarray, accepting: np.ndarray, big: int) -> np.ndarray:
@@ -285,7 +294,7 @@ def _distances_to_accept(table: np.ndarray, accepting: np.ndarray, big: int) -> 
         dist[q] = 0
     level = 0
     while frontier:
-        burn(len(frontier))
+        burn(2 * len(frontier))
         level += 1
         found = []
         for q in frontier:

@@ -301,12 +301,16 @@ class CountedDFA(ByteWalk):
             row = self._rows[state] = by_class[self._classes]
         return row
 
-    def shortest_from(self, state: int) -> bytes:
-        """A shortest completion from live `state` (breadth first over its states)."""
+    def shortest_from(self, state: int, max_bytes: int | None = None) -> bytes | None:
+        """A shortest completion from live `state` (breadth first over its states); None
+        when it is longer than `max_bytes`."""
         parent: dict[int, tuple[int, int]] = {state: (DEAD, 0)}
+        depth = {state: 0}
         queue = deque([state])
         while queue:
             here = queue.popleft()
+            if max_bytes is not None and depth[here] > max_bytes:
+                return None
             if self.accepts(here):
                 out = bytearray()
                 while here != state:
@@ -316,6 +320,7 @@ class CountedDFA(ByteWalk):
             for c, t in sorted(self.live_classes(here), key=lambda ct: self._class_rank[ct[0]]):
                 if t not in parent:
                     parent[t] = (here, self._bytes[c])
+                    depth[t] = depth[here] + 1
                     queue.append(t)
         raise ValueError(f"state {state} of {self.pattern} cannot accept")
 

@@ -233,12 +233,12 @@ class EscapedDFA(ByteWalk):
                 out[i, self._classes == c] = t
         return out
 
-    def shortest_from(self, state: int) -> bytes:
+    def shortest_from(self, state: int, max_bytes: int | None = None) -> bytes | None:
         """A shortest completion from a base state: the base's (an escape is never shorter
-        than the character's own text)."""
+        than the character's own text); None when it is longer than `max_bytes`."""
         if state >= self._n:
             raise ValueError("shortest_from takes a state of the base DFA")
-        return self.base.shortest_from(state)
+        return self.base.shortest_from(state, max_bytes)
 
     # -- which side of a string a base state is on -------------------------------------------
 
