@@ -30,8 +30,8 @@ import numpy as np
 
 from constrain.constraints.wrapper import MatcherWrapper
 from constrain.engine import bitmask
-from constrain.engine.cache import BoundedCache
 from constrain.engine.automaton import MAX_COMPLETION_BYTES
+from constrain.engine.cache import BoundedCache
 from constrain.engine.matcher import TokenAutomaton, TokenMatcher
 from constrain.errors import InvalidTokenError
 from constrain.fuel import burn
