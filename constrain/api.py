@@ -26,7 +26,7 @@ from constrain import decoding
 from constrain.constraints import Constraint, ConstraintSpec
 from constrain.decoding import Deadline
 from constrain.engine.grammar import Grammar
-from constrain.errors import ConfigError, ConstrainError, ContextLengthError
+from constrain.errors import ConfigError, ContextLengthError
 from constrain.models.base import LanguageModel, PromptIds
 from constrain.options import SMC, DecodingConfig
 from constrain.processors import ProcessorStack
@@ -222,16 +222,17 @@ class Run:
         return self.strategy.result(group, [s for s in self.sequences if s.group == group])
 
     def _result(self, s: decoding.Sequence) -> GenerationResult:
-        if s.finish_reason == "dead":
+        stats = self._stats(s.stats, s.matcher.count_forced(s.tokens))
+        reason = s.reason
+        if s.finish_reason == "dead":  # the text is in the language's prefixes, cut short
             backtracks = self.generator.config.backtracks
             left = s.backtracker.left if s.backtracker is not None else 0
-            raise ConstrainError(
+            reason = (
                 f"generation cannot continue after {len(s.tokens)} tokens (text ends "
                 f"{s.model.vocab.decode(s.tokens)[-80:]!r}, {backtracks - left} of {backtracks} "
                 f"backtracks used): {s.reason}"
             )
-        stats = self._stats(s.stats, s.matcher.count_forced(s.tokens))
-        return self._finish(s, s.log_weight, stats)
+        return self._finish(s, s.log_weight, stats, reason=reason)
 
     def _stats(self, counters: DecodeStats, forced: int) -> GenerationStats:
         now, compile_s = time.perf_counter(), self.generator.compile_s
@@ -245,15 +246,20 @@ class Run:
             forced=forced,
         )
 
-    def _finish(self, ended, log_weight: float, stats: GenerationStats, particles=None):
-        """The result of `ended`, a sequence or an SMC particle (`WeightedText`)."""
+    def _finish(self, ended, log_weight: float, stats: GenerationStats, particles=None,
+                reason: str = ""):  # fmt: skip
+        """The result of `ended`, a sequence or an SMC particle (`WeightedText`): a dead end
+        finishes "length", incomplete, saying why in `reason`."""
         complete = ended.complete if particles is not None else ended.matcher.finished()
         text = self.generator.model.vocab.decode(ended.tokens)
         value = self.generator.spec.value(text) if complete else None
-        reason = ended.finish_reason or "length"
+        finish = ended.finish_reason if ended.finish_reason not in (None, "dead") else "length"
+        if not complete and not reason:
+            reason = "the text was cut before it was complete"
         return GenerationResult(
-            text, value, list(ended.tokens), reason, complete, log_weight, stats, particles
-        )
+            text, value, list(ended.tokens), finish, complete, log_weight, stats, particles,
+            "" if complete else reason,
+        )  # fmt: skip
 
 
 def _config(config: DecodingConfig | None, options: Mapping[str, Any]) -> DecodingConfig:

@@ -93,8 +93,8 @@ class GenerationResult:
             the constraint is not JSON.
         tokens: the generated token ids (EOS excluded).
         finish_reason: "stop" (the text ended: EOS, or only EOS could follow), "length"
-            (`max_tokens` ran out while the text could go on) or "timeout" (the `timeout`
-            passed first).
+            (`max_tokens` ran out while the text could go on, or no allowed token was left to
+            go on with: see `reason`) or "timeout" (the `timeout` passed first).
         complete: True when the text is in the constraint's language; a text cut before it
             is complete is marked incomplete, never silently invalid.
         log_weight: the sequence's importance weight for the model conditioned on the
@@ -102,6 +102,7 @@ class GenerationResult:
             constraint allowed; AWRS: an unbiased estimate of it); 0 for greedy decoding and
             ASAp; for SMC, the log marginal likelihood estimate.
         particles: for SMC, every particle with its normalised weight.
+        reason: why an incomplete text ended where it did, in words ("" when complete).
     """
 
     text: str
@@ -112,6 +113,7 @@ class GenerationResult:
     log_weight: float
     stats: GenerationStats
     particles: list[WeightedText] | None = None
+    reason: str = ""  # why an incomplete text ended where it did, in words
 
     def __str__(self) -> str:
         return self.text

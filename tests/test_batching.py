@@ -182,3 +182,40 @@ def test_jobs_joining_a_running_batch_decode_as_alone(lm):
     assert all(job.ended for job in jobs)
     assert [job.sequences[0].tokens for job in jobs] == alone
     assert lm.n_forwards - before <= steps  # one forward per step, whoever is in the batch
+
+
+def test_a_failing_job_fails_alone_and_the_batch_goes_on(lm):
+    """A job whose step raises (a broken constraint, a bug) ends with the error kept in
+    `Job.error`, its sequences finished "error"; the batch's other job decodes exactly as it
+    does alone. Run alone (`Job.steps`), the job raises what its work raised."""
+    from constrain.decoding import Batch
+
+    class Broken(RuntimeError):
+        pass
+
+    def start(seed: int):
+        return cn.Generator(lm, max_tokens=6, regex=PATTERN).start([PROMPTS[0]], seed)
+
+    alone = start(1)
+    for _ in alone.steps():
+        pass
+    healthy, failing = start(1).job(), start(2).job()
+    calls = []
+
+    def advance(sequences, scored):  # the shared forward's draws of the failing job
+        calls.append(len(sequences))
+        if len(calls) == 2:
+            raise Broken("the second step of this job breaks")
+        return type(failing.strategy).advance(failing.strategy, sequences, scored)
+
+    failing.strategy.advance = advance
+    batch = Batch([healthy, failing])
+    while batch.jobs:
+        batch.step()
+    assert isinstance(failing.error, Broken) and failing.ended
+    assert [s.finish_reason for s in failing.sequences] == ["error"]
+    assert healthy.error is None and healthy.sequences[0].tokens == alone.sequences[0].tokens
+    broken = start(2).job()
+    broken.strategy.step = lambda sequences: (_ for _ in ()).throw(Broken("alone"))
+    with pytest.raises(Broken, match="alone"):
+        list(broken.steps())

@@ -44,7 +44,9 @@ __all__ = ["Budgeted", "CompletionPlans"]
 _WINDOW = 64
 _SLACK = 8  # tokens a budget grows by when it alone leaves no token (`give_way`)
 _PLANS_KEPT = 2**18  # states whose shortest completion is remembered
+_PLANS_BYTES = 32 * 2**20  # and the bytes of their tokens
 _OWED_KEPT = 64  # states whose per-token completion lengths are kept (200 KB each at 49k)
+_OWED_BYTES = 16 * 2**20  # and their bytes (a 262k vocabulary's are 1 MB each)
 _UNKNOWN = np.iinfo(np.int32).max
 _EOS_NEXT = -1  # while closing: the completion is spelled, EOS comes next
 
@@ -54,8 +56,16 @@ class CompletionPlans:
 
     def __init__(self, automaton: TokenAutomaton):
         self.automaton = automaton
-        self._tokens: BoundedCache[Hashable, tuple[int, ...] | None] = BoundedCache(_PLANS_KEPT)
-        self._owed: BoundedCache[Hashable, np.ndarray] = BoundedCache(_OWED_KEPT)
+        self._tokens: BoundedCache[Hashable, tuple[int, ...] | None] = BoundedCache(
+            _PLANS_KEPT, max_bytes=_PLANS_BYTES, size=_plan_bytes
+        )
+        self._owed: BoundedCache[Hashable, np.ndarray] = BoundedCache(
+            _OWED_KEPT, max_bytes=_OWED_BYTES, size=lambda owed: owed.nbytes
+        )
+
+    def nbytes(self) -> int:
+        """The bytes the plans hold."""
+        return self._tokens.bytes + self._owed.bytes
 
     def completion(self, state: Hashable) -> tuple[int, int | None] | None:
         """A shortest completion of `state`: ``(tokens, first token)`` (``(0, None)`` when the
@@ -109,6 +119,11 @@ class CompletionPlans:
             owed[automaton.eos_array] = 0
         self._owed[state] = owed
         return owed
+
+
+def _plan_bytes(tokens: tuple[int, ...] | None) -> int:
+    """A plan's bytes: its tuple and its ints (token ids past 256 are objects of their own)."""
+    return 64 + 36 * len(tokens or ())
 
 
 # a completion as (tokens, offset): its tokens are tokens[offset:] (a followed one shares them)

@@ -44,7 +44,8 @@ class Sequence:
 
     `finish_reason` is None while it runs, then "stop" (EOS, or only EOS could follow),
     "length" (`max_tokens` reached), "timeout", "cancelled", "error" (its job's work raised:
-    `Job.fail`) or "dead" (no allowed token had non-zero probability; weight -inf). `group` is the index of its prompt in a batch.
+    `Job.fail`) or "dead" (no allowed token had non-zero probability; weight -inf). `group`
+    is the index of its prompt in a batch.
     """
 
     def __init__(

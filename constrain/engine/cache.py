@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from typing import Generic, TypeVar
 
-__all__ = ["BoundedCache"]
+__all__ = ["BoundedCache", "memoized"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -35,11 +35,14 @@ class _Pending:
 class BoundedCache(Generic[K, V]):
     """A map that forgets its least recently used entries beyond `max_entries` (and, with a
     `size` function, beyond `max_bytes` of values; the newest entry is always kept). `hits`
-    and `misses` count the lookups (`get`, `get_or_build`). Safe to share between threads."""
+    and `misses` count the lookups (`get`, `get_or_build`). Safe to share between threads.
+
+    A value is measured when it is stored; values that grow while cached (a compiled
+    constraint's own caches) are measured again by `recount`."""
 
     __slots__ = (
-        "max_entries", "max_bytes", "_size", "_bytes", "_items", "_lock", "_pending", "hits",
-        "misses",
+        "max_entries", "max_bytes", "_size", "_bytes", "_sizes", "_items", "_lock", "_pending",
+        "hits", "misses",
     )  # fmt: skip
 
     def __init__(
@@ -57,6 +60,7 @@ class BoundedCache(Generic[K, V]):
         self.max_bytes = max_bytes
         self._size = size
         self._bytes = 0
+        self._sizes: dict[K, int] = {}  # each value's size when last measured
         self._items: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
         self._pending: dict[K, _Pending] = {}  # values being built by `get_or_build`
@@ -89,18 +93,39 @@ class BoundedCache(Generic[K, V]):
     def _put(self, key: K, value: V) -> None:
         items = self._items
         if self._size is not None:
-            if key in items:
-                self._bytes -= self._size(items[key])
-            self._bytes += self._size(value)
+            self._bytes += self._size(value) - self._sizes.get(key, 0)
+            self._sizes[key] = self._size(value)
         items[key] = value
         items.move_to_end(key)
+        self._evict()
+
+    def _evict(self) -> None:
+        """Drop the least recently used entries beyond the bounds (lock held)."""
+        items = self._items
         while len(items) > 1 and (
             len(items) > self.max_entries
             or (self.max_bytes is not None and self._bytes > self.max_bytes)
         ):
-            _, dropped = items.popitem(last=False)
+            key, _ = items.popitem(last=False)
             if self._size is not None:
-                self._bytes -= self._size(dropped)
+                self._bytes -= self._sizes.pop(key)
+
+    def recount(self) -> int:
+        """Measure every value again (they may have grown), drop the least recently used
+        beyond the bounds, and return the bytes held. The values are measured without the
+        lock held (a size may take other locks)."""
+        if self._size is None:
+            return 0
+        with self._lock:
+            values = list(self._items.items())
+        measured = {key: self._size(value) for key, value in values}
+        with self._lock:
+            for key, size in measured.items():
+                if key in self._sizes:
+                    self._bytes += size - self._sizes[key]
+                    self._sizes[key] = size
+            self._evict()
+            return self._bytes
 
     def get_or_build(self, key: K, build: Callable[[], V]) -> V:
         """The value under `key`, built (and kept) on a miss, once: a thread that misses while
@@ -157,13 +182,35 @@ class BoundedCache(Generic[K, V]):
 
     @property
     def bytes(self) -> int:
-        """The summed `size` of the values (0 without a size function)."""
+        """The summed `size` of the values, as last measured (0 without a size function)."""
         return self._bytes
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._sizes.clear()
             self._bytes = 0
 
     def __repr__(self) -> str:
         return f"BoundedCache({len(self)}/{self.max_entries} entries)"
+
+
+def memoized(max_entries: int, *, max_bytes: int, size: Callable[[V], int]):
+    """A decorator keeping a pure function's results by its (hashable) arguments in a
+    `BoundedCache` of `max_entries` and `max_bytes` (`size` measures a result), shared by
+    every caller: what `functools.lru_cache` does, bounded by bytes as well.
+    `function.cache_clear()` forgets them."""
+
+    def decorate(function: Callable[..., V]) -> Callable[..., V]:
+        kept: BoundedCache[tuple, V] = BoundedCache(max_entries, max_bytes=max_bytes, size=size)
+
+        def cached(*args):
+            return kept.get_or_build(args, lambda: function(*args))
+
+        cached.__doc__, cached.__name__ = function.__doc__, function.__name__
+        cached.__wrapped__ = function  # type: ignore[attr-defined]
+        cached.cache_clear = kept.clear  # type: ignore[attr-defined]
+        cached.cache = kept  # type: ignore[attr-defined]
+        return cached
+
+    return decorate

@@ -21,6 +21,7 @@ import warnings
 from functools import lru_cache
 from typing import Any
 
+from constrain.engine.cache import memoized
 from constrain.engine.grammar.ir import GrammarIR, Lexeme, Rule, derivable, repeat
 from constrain.engine.regex import (
     ByteDFA,
@@ -565,7 +566,7 @@ def _length_keyword(shape: Shape) -> tuple[str, str]:
     return keyword, shape.name if shape.name.startswith("/") else ""
 
 
-@lru_cache(maxsize=4096)
+@memoized(4096, max_bytes=64 * 2**20, size=lambda dfa: dfa.nbytes)
 def _key_dfa(key: str) -> ByteDFA:
     """The one text of a property name, as a DFA (shared, so where its strings' characters are
     is found once: see `every_escape`)."""
@@ -653,7 +654,8 @@ def compile_schema(
             "",
         ) from None
     emitter.add("start", (start,))
-    if emitter.emptied and "start" not in derivable(emitter.rules, set(emitter.lexemes) - {"NOTHING"}):
+    live = set(emitter.lexemes) - {"NOTHING"}
+    if emitter.emptied and "start" not in derivable(emitter.rules, live):
         raise GrammarError(f"the schema admits no value: {'; '.join(emitter.emptied)}")
     if normalizer.dropped:
         warnings.warn(

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 
+from constrain.engine.cache import memoized
 from constrain.engine.regex import (
     ByteDFA,
     combine,
@@ -158,7 +158,11 @@ def min_bound(a: int | None, b: int | None) -> int | None:
 MAX_LENGTH_STATES = 40_000  # a length bound as a DFA is a chain of this many states at most
 
 
-@lru_cache(maxsize=512)  # a pure construction: bounded, shared by every compilation
+def _dfa_bytes(dfa: ByteDFA) -> int:
+    return dfa.nbytes
+
+
+@memoized(512, max_bytes=64 * 2**20, size=_dfa_bytes)  # pure: shared by every compilation
 def length_dfa(low: int, high: int | None) -> ByteDFA:
     """Strings of low..high characters (escapes count as one)."""
     char = compile_regex(ANY_CHAR, encoding="json")
@@ -268,12 +272,12 @@ def keys_dfa(keys) -> ByteDFA:
     return _keys_dfa(frozenset(keys))
 
 
-@lru_cache(maxsize=1024)  # a pure construction: bounded, shared by every compilation
+@memoized(1024, max_bytes=64 * 2**20, size=_dfa_bytes)  # pure: shared by every compilation
 def _keys_dfa(keys: frozenset[str]) -> ByteDFA:
     return dfa_from_strings([key_text(k) for k in keys])
 
 
-@lru_cache(maxsize=1024)  # a pure construction: bounded, shared by every compilation
+@memoized(1024, max_bytes=16 * 2**20, size=lambda texts: 256 + sum(64 + len(t) for t in texts))
 def _key_texts(names: frozenset[str]) -> frozenset[bytes]:
     return frozenset(key_text(k) for k in names)
 
@@ -316,7 +320,7 @@ def plain_keys(names) -> bool:
     return all(k.isascii() and k.isprintable() and '"' not in k and "\\" not in k for k in names)
 
 
-@lru_cache(maxsize=1024)  # a pure construction: bounded, shared by every compilation
+@memoized(1024, max_bytes=64 * 2**20, size=_dfa_bytes)  # pure: shared by every compilation
 def strings_except_plain(excluded: frozenset[str]) -> ByteDFA:
     """Every string but the `excluded` ones (plain keys: see `plain_keys`), built straight
     from their trie instead of a product construction."""

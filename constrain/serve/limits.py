@@ -3,11 +3,12 @@
 A request is refused as soon as it asks for more than a limit allows, before the server does
 the work the limit is there to bound: the body's size before it is read, the number of
 messages and tools before they are checked, the prompt's characters before it is tokenized,
-``n`` x ``particles`` before any sequence exists, the bytes of a constraint's text (a regex, a grammar, the choices) before it is
-read, the preparations under way before another
+``n`` x ``particles`` before any sequence exists, the bytes of a constraint's text (a regex,
+a grammar, the choices) before it is read, the preparations under way before another
 starts, the compiles of constraints not seen before (`max_compiling` at once, the others
-wait for a slot up to `compile_wait` seconds; a compiled one never waits), and every stage of preparing it (compiling, planning completions, the first masks)
-under one `Fuel` of ``prepare_fuel`` units. Each limit is a server option (``constrain serve
+wait for a slot up to `compile_wait` seconds; a compiled one never waits), and every stage
+of preparing it (compiling, planning completions, the first masks) under one `Fuel` of
+``prepare_fuel`` units. Each limit is a server option (``constrain serve
 --max-body-bytes ...``) and each refusal names it: 413 for the body, 429 for the
 preparations and compiles (busy: retry), 400 for the rest. docs/serving.md lists the defaults.
 """

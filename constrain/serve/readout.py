@@ -73,6 +73,7 @@ class Choice:
     logprobs: list  # `TokenLogprob`s of the content's tokens
     tokens: int  # completion tokens
     reasoning_tokens: int = 0  # of which the thinking's
+    incomplete_reason: str = ""  # why an unfinished answer ended where it did
 
 
 @dataclass
@@ -237,7 +238,7 @@ class Readout:
 
     # -- the whole answer ---------------------------------------------------------------
 
-    def choice(self, s: Generation, index: int, finish_reason: str) -> Choice:
+    def choice(self, s: Generation, index: int, finish_reason: str, why: str = "") -> Choice:
         """The whole answer (after the last `delta`, which it takes if not taken yet): the
         texts the deltas sent, joined, and the calls with the ids their deltas carried."""
         self.delta(s, final=True)
@@ -260,6 +261,7 @@ class Readout:
             logprobs,
             len(s.tokens),
             a.thinking_span[1] - a.thinking_span[0] if a.thinking_span else 0,
+            why,
         )
 
 

@@ -173,10 +173,10 @@ class ChatReply(Reply):
     def last_chunk(self, c: Choice) -> dict:
         if self.request.kind == "chat":
             choice = {"index": c.index, "delta": {}, "logprobs": self.logprobs(c),
-                      "finish_reason": c.finish_reason}  # fmt: skip
+                      "finish_reason": c.finish_reason, **_incomplete(c)}  # fmt: skip
         else:
             choice = {"index": c.index, "text": "", "logprobs": self.logprobs(c),
-                      "finish_reason": c.finish_reason}  # fmt: skip
+                      "finish_reason": c.finish_reason, **_incomplete(c)}  # fmt: skip
         return {**self.envelope(), "choices": [choice]}
 
     def response(self, choices: list[Choice]) -> dict:
@@ -188,11 +188,11 @@ class ChatReply(Reply):
                     message["reasoning_content"] = c.reasoning
                 if c.calls:
                     message["tool_calls"] = [_tool_call(call) for call in c.calls]
-                out.append({"index": c.index, "message": message,
-                            "logprobs": self.logprobs(c), "finish_reason": c.finish_reason})  # fmt: skip
+                out.append({"index": c.index, "message": message, "logprobs": self.logprobs(c),
+                            "finish_reason": c.finish_reason, **_incomplete(c)})  # fmt: skip
             else:
-                out.append({"index": c.index, "text": c.content or "",
-                            "logprobs": self.logprobs(c), "finish_reason": c.finish_reason})  # fmt: skip
+                out.append({"index": c.index, "text": c.content or "", "logprobs": self.logprobs(c),
+                            "finish_reason": c.finish_reason, **_incomplete(c)})  # fmt: skip
         return {**self.envelope(), "choices": out, "usage": self.usage(choices)}
 
     def usage(self, choices: list[Choice]) -> dict:
@@ -251,6 +251,12 @@ def token_entry(vocab, token: int, logprob: float) -> dict:
 
 def _sse(data: dict) -> str:
     return f"data: {json.dumps(data)}\n\n"
+
+
+def _incomplete(c: Choice) -> dict:
+    """A "length" choice's reason in words (``incomplete_reason``, our extension: the text
+    is not complete, and this says why: max_tokens, the timeout, or no allowed way on)."""
+    return {"incomplete_reason": c.incomplete_reason} if c.incomplete_reason else {}
 
 
 def as_request_error(exc: Exception) -> RequestError:

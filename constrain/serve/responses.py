@@ -272,6 +272,8 @@ class ResponsesReply(Reply):
         out = self.skeleton(status)
         if status == "incomplete":
             out["incomplete_details"] = {"reason": "max_output_tokens"}
+            if c.incomplete_reason:
+                out["incomplete_details"]["explanation"] = c.incomplete_reason
         items = []
         if c.reasoning:
             items.append(_reasoning_item(f"rs_{uuid.uuid4().hex}", c.reasoning, "completed"))

@@ -269,12 +269,7 @@ class Scheduler:
             job.cancel("finished")  # every sequence has ended: the job leaves at the next step
         token_samples = r.config.token_samples
         update = self._deltas(ticket, final=True) if r.stream and token_samples else Update()
-        try:
-            update.done = self._choices(ticket)
-        except ConstrainError as exc:
-            ticket.send(Update(error=RequestError(str(exc), status=500, code="dead_end")))
-            self.metrics.failed += 1
-            return
+        update.done = self._choices(ticket)
         if r.stream and not token_samples:  # SMC: the chosen particle's text arrives whole
             update.deltas = {c.index: ChoiceDelta(content=c.content) for c in update.done}
         ticket.send(update)
@@ -290,20 +285,19 @@ class Scheduler:
         if not r.config.token_samples:  # SMC: a particle drawn by weight per choice
             return [
                 Choice(i, None, res.text, [], _reason(res.finish_reason, False), [],
-                       len(res.tokens))
+                       len(res.tokens), incomplete_reason=res.reason)
                 for i, res in enumerate(run.results())
             ]  # fmt: skip
         out = []
         for i, (s, readout) in enumerate(zip(ticket.job.sequences, ticket.readouts)):
-            if s.finish_reason == "dead":
-                run.results()  # raises the ConstrainError that says why
             reason = _reason(s.finish_reason, bool(readout.answer.call_spans))
-            out.append(readout.choice(s, i, reason))
+            out.append(readout.choice(s, i, reason, s.reason if reason == "length" else ""))
         return out
 
 
 def _reason(finish_reason: str | None, calls: bool) -> str:
-    """OpenAI's finish reason: "stop", "length" (max_tokens or the timeout) or "tool_calls"."""
-    if finish_reason in ("length", "timeout"):
+    """OpenAI's finish reason: "stop", "length" (max_tokens or the timeout, or a dead end:
+    the text could not go on) or "tool_calls"."""
+    if finish_reason in ("length", "timeout", "dead"):
         return "length"
     return "tool_calls" if calls else "stop"

@@ -127,6 +127,17 @@ class ByteDFA(ByteWalk):
     def n_states(self) -> int:
         return len(self.table)
 
+    @property
+    def nbytes(self) -> int:
+        """The memory this DFA holds: its tables, the distances and rows its walks computed,
+        and its copy in the native core."""
+        held = self.table.nbytes + self.classes.nbytes + self.accepting.nbytes
+        if self._dist is not None:
+            held += self._first.nbytes + self._dist.nbytes
+        if self._native is not None:
+            held += self.table.nbytes + 256
+        return held + len(self._rows) * (64 + 8 * self.table.shape[1])
+
     def is_empty(self) -> bool:
         return self.start == DEAD
 
