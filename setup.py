@@ -52,6 +52,7 @@ native = Pybind11Extension(
         "native/escapes.hpp",
         "native/lexer.hpp",
         "native/masks.hpp",
+        "native/nbytes.hpp",
         "native/texts.hpp",
         "native/token_steps.hpp",
         "native/trie.hpp",

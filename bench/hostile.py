@@ -62,6 +62,51 @@ ATTACKS: dict[str, dict | bytes] = {
     "top_logprobs true": {"logprobs": True, "top_logprobs": True},
     'stream "false"': {"stream": "false"},
 }
+MB = 1_000_000
+
+
+def _doubling(gbnf: bool, levels: int = 40) -> str:
+    if gbnf:
+        return "\n".join([f"root ::= a{levels}", 'a0 ::= "ab"']
+                         + [f"a{i} ::= a{i - 1} a{i - 1}" for i in range(1, levels + 1)])
+    return "\n".join([f"start: a{levels}", 'a0: "ab"']
+                     + [f"a{i}: a{i - 1} a{i - 1}" for i in range(1, levels + 1)])  # fmt: skip
+
+
+ATTACKS.update({
+    "GBNF naming <|im_start|> mid-text": {"grammar": 'root ::= "yes" <|im_start|> "no"'},
+    "GBNF naming <[0]> mid-text": {"grammar": 'root ::= "yes" <[0]> "no"'},
+    "GBNF literal of 1 MB": {"grammar": 'root ::= "' + "a" * MB + '"'},
+    "GBNF literal of 200 kB": {"grammar": 'root ::= "' + "ab" * 100_000 + '"'},
+    "GBNF rules doubling 40 times": {"grammar": _doubling(True)},
+    "Lark rules doubling 40 times": {"grammar": _doubling(False)},
+    "choice of 1 MB": {"structured_outputs": {"choice": ["a" * MB]}},
+    "regex literal of 1 MB": {"regex": "a" * MB},
+    "regex literal of 200 kB": {"regex": "ab" * 100_000},
+    "schema const of 1 MB": schema({"const": "a" * MB}),
+    "regex alternation of 20,000 words": {"regex": "|".join(f"w{i}x" for i in range(20_000))},
+    "nested counted repeats": {"regex": "((((a{1,20}){1,20}){1,20}){1,20})"},
+    "catastrophic whitespace_pattern": {
+        **schema({"type": "object", "properties": {"a": {"type": "integer"}}}),
+        "structured_outputs": {"whitespace_pattern": "( *)*( *)*( *)*$"},
+    },
+    "GBNF of 8,000 rules": {"grammar": "root ::= r0\n" + "".join(
+        f'r{i} ::= "x{i}" | r{i + 1}\n' for i in range(8_000)) + 'r8000 ::= "end"\n'},
+    "3 unique items from 2 values": schema(
+        {"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True, "minItems": 3}),
+    "11 unique integers in 0..9": schema({"type": "array", "uniqueItems": True, "minItems": 11,
+        "items": {"type": "integer", "minimum": 0, "maximum": 9}}),
+    "propertyNames pattern, minProperties 50": schema(
+        {"type": "object", "propertyNames": {"pattern": "^[a-z]{1,3}$"}, "minProperties": 50}),
+    "2 unique booleans": schema(
+        {"type": "array", "items": {"type": "boolean"}, "uniqueItems": True, "minItems": 2}),
+    "regex of 1,000 nested groups": {"regex": "(" * 1000 + "a" + ")" * 1000},
+    "whitespace_pattern [a-z ]{0,5}": {
+        **schema({"type": "object", "properties": {"user": {"type": "string"}}}),
+        "structured_outputs": {"whitespace_pattern": "[a-z ]{0,5}"},
+    },
+    "15 MB body": {"messages": [{"role": "user", "content": "x " * 7_500_000}]},
+})  # fmt: skip
 
 
 def post(url: str, attack: dict | bytes, timeout: float = 300) -> httpx.Response:

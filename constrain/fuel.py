@@ -29,7 +29,7 @@ from contextvars import ContextVar
 
 from constrain.errors import Abandoned, WorkLimitError
 
-__all__ = ["Fuel", "burn", "current", "deadline_after", "stage", "units_left"]
+__all__ = ["Fuel", "burn", "current", "deadline_after", "looking_in", "stage", "units_left"]
 
 _ACTIVE: ContextVar[Fuel | None] = ContextVar("constrain_fuel", default=None)
 _CLOCK_EVERY = 1024  # units burnt between two looks at the wall clock
@@ -84,6 +84,11 @@ class Fuel:
             self.stopped = f"it ran past its backstop of {self.seconds:g} s"
             raise Abandoned(f"{self.stage}: {self.stopped}")
 
+    def look(self) -> None:
+        """Give way and stop if cancelled or past the backstop, burning nothing (for work
+        charged in advance: see `looking_in`)."""
+        self._check()
+
     def cancel(self, reason: str) -> None:
         """Stop the work (from any thread): its next `burn` raises `Abandoned(reason)`."""
         self.stopped = reason
@@ -126,6 +131,32 @@ class Fuel:
         finally:
             sys.setprofile(previous)
             gc.callbacks.remove(during_collection)
+
+
+@contextlib.contextmanager
+def looking_in(every: int = 4096) -> Iterator[None]:
+    """While the block runs third-party code that burns nothing (the regex parser) under the
+    active fuel, look at that fuel every `every` Python calls: give way (its `pause`) and stop
+    when it is cancelled or past its backstop. Burns nothing: the caller charged the work."""
+    fuel = _ACTIVE.get()
+    if fuel is None:
+        yield
+        return
+    calls = 0
+
+    def per_call(frame, event, arg):
+        nonlocal calls
+        if event == "call":
+            calls += 1
+            if calls % every == 0:
+                fuel.look()
+
+    previous = sys.getprofile()
+    sys.setprofile(per_call)
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
 
 
 def burn(units: int = 1) -> None:

@@ -29,24 +29,30 @@ std::shared_ptr<const Piece> PieceCache::get(const PieceKey& key) {
 void PieceCache::put(const PieceKey& key, std::shared_ptr<const Piece> piece) {
     auto found = index_.find(key);
     if (found != index_.end()) {
-        bytes_ -= piece_bytes(*found->second->second);
+        bytes_ -= entry_bytes(found->first, *found->second->second);
         order_.erase(found->second);
         index_.erase(found);
     }
-    bytes_ += piece_bytes(*piece);
+    bytes_ += entry_bytes(key, *piece);
     order_.emplace_front(key, std::move(piece));
     index_.emplace(key, order_.begin());
     while (order_.size() > 1 && (order_.size() > max_entries_ || bytes_ > max_bytes_)) {
-        bytes_ -= piece_bytes(*order_.back().second);
+        bytes_ -= entry_bytes(order_.back().first, *order_.back().second);
         index_.erase(order_.back().first);
         order_.pop_back();
     }
 }
 
+size_t PieceCache::entry_bytes(const PieceKey& key, const Piece& piece) {
+    using Indexed = std::pair<const PieceKey, std::list<Entry>::iterator>;
+    return kListNodeBytes + sizeof(Entry) + kHashNodeBytes + sizeof(Indexed) +
+           2 * copy_bytes(key.starts) + piece_bytes(piece);
+}
+
 size_t piece_bytes(const Piece& piece) {
-    size_t out = 64 + piece.tokens.size() * sizeof(int32_t) +
-                 piece.runs.size() * sizeof(std::pair<int64_t, int64_t>);
-    for (const auto& [tag, nodes] : piece.ends) out += 64 + nodes.size() * sizeof(int64_t);
+    size_t out = kSharedBlockBytes + sizeof(Piece) + vector_bytes(piece.runs) +
+                 vector_bytes(piece.tokens) + tree_bytes(piece.ends);
+    for (const auto& [tag, nodes] : piece.ends) out += vector_bytes(nodes);
     return out;
 }
 

@@ -40,7 +40,7 @@ struct PieceKeyHash {
 };
 
 // The mask pieces of one grammar over one trie (per slice combination); the least recently
-// used are forgotten past `max_entries` or `max_bytes` (the newest is always kept).
+// used are forgotten past `max_entries` or `max_bytes` of entries (the newest is always kept).
 class PieceCache {
 public:
     PieceCache(size_t max_entries, size_t max_bytes)
@@ -48,17 +48,20 @@ public:
     std::shared_ptr<const Piece> get(const PieceKey& key);
     void put(const PieceKey& key, std::shared_ptr<const Piece> piece);
     size_t size() const { return index_.size(); }
+    // What the entries hold: pieces, keys (twice: in the order and the index), their nodes.
     size_t bytes() const { return bytes_; }
+    size_t heap_bytes() const { return bytes_ + index_.bucket_count() * sizeof(void*); }
     size_t max_entries_, max_bytes_;
 
 private:
     using Entry = std::pair<PieceKey, std::shared_ptr<const Piece>>;
+    static size_t entry_bytes(const PieceKey& key, const Piece& piece);
     std::list<Entry> order_;  // most recently used first
     std::unordered_map<PieceKey, std::list<Entry>::iterator, PieceKeyHash> index_;
     size_t bytes_ = 0;
 };
 
-// What a piece holds in bytes, for its cache's bound.
+// What a piece holds in bytes (itself, made by make_shared, and its vectors and ends).
 size_t piece_bytes(const Piece& piece);
 
 class CFGCore {
@@ -69,6 +72,10 @@ public:
     static constexpr int32_t kFresh = 0;  // lexer state: no lexeme in progress
 
     EarleyParser& parser() { return parser_; }
+    // The heap its parser holds (the lexer, shared, reports its own: Lexer::heap_bytes).
+    size_t heap_bytes() const {
+        return parser_.heap_bytes() + vector_bytes(ignore_) + vector_bytes(specials_);
+    }
     Lexer& lexer() { return *lexer_; }
     // The lexer state where the lexemes `node` allows (and the ignored ones) start.
     int32_t start_of(ChartNode& node);

@@ -17,6 +17,7 @@ int64_t CompletionLengths::next_length(int32_t boundary, int64_t at_least) {
         std::vector<int64_t> mine;
         for (int64_t l = 0; l < window; ++l)
             if (lengths[size_t(l * n_boundaries + boundary)]) mine.push_back(l);
+        of_bytes_ += vector_bytes(mine);
         found = of_.emplace(boundary, std::move(mine)).first;
     }
     const std::vector<int64_t>& mine = found->second;
@@ -57,6 +58,7 @@ CountedStrings::CountedStrings(ByteWalk strings, ByteWalk chr, int64_t low, int6
       quote_class_(quote_class) {
     keys_.push_back({0, kOutside, 0});
     rows_.emplace_back(byte_of_class_.size(), 0);  // the dead state's row
+    rows_bytes_ += vector_bytes(rows_.back());
     Key start{strings_.start, kOutside, 0};
     if (strings_.start && closes_somewhere(start)) start_ = id(start);
 }
@@ -69,6 +71,12 @@ int32_t CountedStrings::id(const Key& key) {
     keys_.push_back(key);
     rows_.emplace_back();
     return state;
+}
+
+size_t CountedStrings::heap_bytes() const {
+    return strings_.heap_bytes() + chr_.heap_bytes() + lengths_.heap_bytes() +
+           vector_bytes(byte_of_class_) + vector_bytes(keys_) + tree_bytes(ids_) +
+           vector_bytes(rows_) + rows_bytes_ + tree_bytes(ends_) + ends_bytes_;
 }
 
 bool CountedStrings::accepts(int32_t state) const {
@@ -111,6 +119,7 @@ void CountedStrings::compute(int32_t state) {
         row[c] = known != targets.end() ? known->second
                                         : (targets[pair] = enter(after, inner, key.read));
     }
+    rows_bytes_ += vector_bytes(row);
     rows_[size_t(state)] = std::move(row);
 }
 
@@ -155,6 +164,7 @@ const std::vector<int32_t>& CountedStrings::ends_of(int32_t at, int32_t inner) {
     }
     std::sort(ends.begin(), ends.end());
     ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
+    ends_bytes_ += vector_bytes(ends);
     return ends_[{at, inner}] = std::move(ends);
 }
 

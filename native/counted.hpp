@@ -32,6 +32,11 @@ struct ByteWalk {
     bool accepts(int32_t s) const {
         return s >= 0 && size_t(s) < accepting.size() && accepting[size_t(s)];
     }
+    size_t heap_bytes() const {
+        size_t out = vector_bytes(table) + vector_bytes(accepting);
+        if (escapes) out += kSharedBlockBytes + sizeof(JsonEscapes) + escapes->heap_bytes();
+        return out;
+    }
 };
 
 // Per character boundary of the canonical strings: after how many more characters it can
@@ -44,9 +49,13 @@ struct CompletionLengths {
 
     int64_t next_length(int32_t boundary, int64_t at_least);  // -1: none
     bool fits(int32_t state, int64_t read, int64_t low, int64_t high);  // high -1: unbounded
+    size_t heap_bytes() const {
+        return vector_bytes(index) + vector_bytes(lengths) + hash_bytes(of_) + of_bytes_;
+    }
 
 private:
     std::unordered_map<int32_t, std::vector<int64_t>> of_;  // per boundary: its lengths
+    size_t of_bytes_ = 0;  // what the lengths in `of_` hold
 };
 
 class CountedStrings {
@@ -63,6 +72,8 @@ public:
     int n_classes() const { return int(byte_of_class_.size()); }
     int32_t start() const { return start_; }
     bool bounded() const { return high_ >= 0; }  // has a maximum length
+    // The heap it holds: its walks and tables, and the states built so far (O(1)).
+    size_t heap_bytes() const;
 
 private:
     struct Key {
@@ -89,6 +100,7 @@ private:
     std::map<Key, int32_t> ids_;
     std::vector<std::vector<int32_t>> rows_;  // per state: next per class, empty until computed
     std::map<std::pair<int32_t, int32_t>, std::vector<int32_t>> ends_;
+    size_t rows_bytes_ = 0, ends_bytes_ = 0;  // what the rows and the ends' lists hold
 };
 
 }  // namespace constrain

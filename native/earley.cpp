@@ -17,6 +17,7 @@ std::atomic<uint64_t> ChartNode::serials{0};
 
 ChartNode::~ChartNode() {
     --alive;
+    if (counter) counter->fetch_sub(counted, std::memory_order_relaxed);
     for (NodeRef& o : origins) releasing.push_back(std::move(o));
     for (auto& [lexemes, next] : scans)
         if (next) releasing.push_back(std::move(next));
@@ -28,6 +29,18 @@ ChartNode::~ChartNode() {
         last.reset();  // may push the nodes it held
     }
     draining = false;
+}
+
+size_t ChartNode::heap_bytes() const {
+    return kSharedBlockBytes + sizeof(ChartNode) + vector_bytes(items) + vector_bytes(origins) +
+           vector_bytes(expected) + tree_bytes(scans) + scan_keys + vector_bytes(waiting);
+}
+
+void ChartNode::recount() {
+    if (!counter) return;
+    const auto now = int64_t(heap_bytes());
+    counter->fetch_add(now - counted, std::memory_order_relaxed);
+    counted = now;
 }
 
 void DottedRules::validate() const {
@@ -54,6 +67,9 @@ void DottedRules::validate() const {
 EarleyParser::EarleyParser(DottedRules rules, size_t max_items_held, Meter& meter)
     : max_items(max_items_held), rules_(std::move(rules)) {
     rules_.validate();
+    rules_bytes_ = vector_bytes(rules_.next_sym) + vector_bytes(rules_.lhs) +
+                   vector_bytes(rules_.nullable) + vector_bytes(rules_.first_dotted);
+    for (const auto& first : rules_.first_dotted) rules_bytes_ += vector_bytes(first);
     predictions_.resize(rules_.first_dotted.size());
     predicted_.assign(rules_.first_dotted.size(), 0);
     root_ = close({}, rules_.start, meter);
@@ -61,11 +77,22 @@ EarleyParser::EarleyParser(DottedRules rules, size_t max_items_held, Meter& mete
 
 EarleyParser::~EarleyParser() { drop_scans(); }
 
+size_t EarleyParser::heap_bytes() const {
+    // the interned nodes' keys: their items sorted (`items_held` of them)
+    const size_t keys = items_held * sizeof(Item) + interned_.size() * kMallocOverhead;
+    return rules_bytes_ + vector_bytes(predictions_) + predictions_bytes_ +
+           hash_bytes(interned_) + keys + vector_bytes(scanned_) + vector_bytes(items_) +
+           vector_bytes(agenda_) + hash_bytes(seen_) + vector_bytes(predicted_) +
+           vector_bytes(predicted_list_) + size_t(std::max<int64_t>(0, node_bytes_->load()));
+}
+
 void EarleyParser::drop_scans() {
     for (auto& weak : scanned_)
         if (NodeRef node = weak.lock()) {
             std::map<std::vector<int32_t>, NodeRef> scans;
             scans.swap(node->scans);  // released after the node no longer points at them
+            node->scan_keys = 0;
+            node->recount();
         }
     scanned_.clear();
 }
@@ -91,6 +118,8 @@ NodeRef EarleyParser::scan(const NodeRef& node, const std::vector<int32_t>& lexe
     NodeRef result = kernel.empty() ? nullptr : close(kernel, -1, meter);
     if (node->scans.empty()) scanned_.push_back(node);  // (after `close`, which may forget)
     node->scans.emplace(lexemes, result);
+    node->scan_keys += copy_bytes(lexemes);
+    node->recount();
     return result;
 }
 
@@ -104,6 +133,7 @@ std::pair<const std::pair<int32_t, Item>*, const std::pair<int32_t, Item>*> Earl
         std::stable_sort(node.waiting.begin(), node.waiting.end(),
                          [](const auto& x, const auto& y) { return x.first < y.first; });
         node.waiting_built = true;
+        node.recount();
     }
     auto range = std::equal_range(node.waiting.begin(), node.waiting.end(),
                                   std::make_pair(a, Item{0, nullptr}),
@@ -140,6 +170,8 @@ const EarleyParser::Prediction& EarleyParser::prediction(int32_t a, Meter& meter
             }
         }
     }
+    predictions_bytes_ += sizeof(Prediction) + kMallocOverhead + vector_bytes(found->items) +
+                          vector_bytes(found->predicted);
     slot = std::move(found);
     return *slot;
 }
@@ -204,6 +236,8 @@ NodeRef EarleyParser::close(const std::vector<Item>& kernel, int32_t predict, Me
     std::sort(distinct.begin(), distinct.end());
     distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
     for (ChartNode* o : distinct) node->origins.push_back(o->shared_from_this());
+    node->counter = node_bytes_;
+    node->recount();
     interned_.emplace(std::move(key), node);
     return node;
 }

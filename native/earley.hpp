@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "nbytes.hpp"
+
 namespace constrain {
 
 constexpr int32_t kRuleEnd = INT32_MIN;  // the next symbol of a dotted rule at its end
@@ -35,6 +37,9 @@ struct Meter {
 
 struct ChartNode;
 using NodeRef = std::shared_ptr<ChartNode>;
+// The bytes one parser's nodes hold, shared with them: a node may outlive its parser, and be
+// released on a thread that holds no lock.
+using ByteCount = std::shared_ptr<std::atomic<int64_t>>;
 
 // A dotted rule and the node it started in (nullptr: the node holding the item).
 struct Item {
@@ -71,12 +76,18 @@ struct ChartNode : std::enable_shared_from_this<ChartNode> {
     std::map<std::vector<int32_t>, NodeRef> scans;  // scan(lexemes) remembered (null: none)
     std::vector<std::pair<int32_t, Item>> waiting;  // (nonterminal after the dot, item), by it
     bool waiting_built = false;
+    ByteCount counter;                     // its parser's count of node bytes (null: none)
+    int64_t counted = 0;                   // what it added to `counter`
+    size_t scan_keys = 0;                  // bytes of the lexemes keying `scans`
     static std::atomic<int64_t> alive;     // nodes in existence (for leak tests)
     static std::atomic<uint64_t> serials;  // serials handed out
     const uint64_t serial = serials++;     // never reused: names the node in outliving memos
     ChartNode() { ++alive; }
     ChartNode(const ChartNode&) = delete;
     ChartNode& operator=(const ChartNode&) = delete;
+    size_t heap_bytes() const;  // itself (allocated by make_shared) and what it holds
+    // Brings `counter` up to date after what it holds changed (under the grammar's lock).
+    void recount();
     // Releases what it holds without recursion (a chain of origins can be a text long).
     ~ChartNode();
 };
@@ -110,6 +121,9 @@ public:
     size_t items_held = 0;   // items in the interned nodes
     size_t forgotten = 0;    // times they were forgotten
     size_t n_nodes() const { return interned_.size(); }
+    // The heap it holds: the rules, predictions, the index of interned nodes, and every node
+    // of its alive (interned or held elsewhere), from a running count (O(1)).
+    size_t heap_bytes() const;
 
 private:
     struct Prediction {
@@ -123,7 +137,10 @@ private:
     void forget();
 
     DottedRules rules_;
+    size_t rules_bytes_ = 0;  // what the rules hold
     std::vector<std::unique_ptr<Prediction>> predictions_;  // per nonterminal, on first use
+    size_t predictions_bytes_ = 0;  // what the predictions made hold
+    ByteCount node_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
     std::unordered_map<std::vector<Item>, NodeRef, ItemsHash> interned_;
     std::vector<std::weak_ptr<ChartNode>> scanned_;  // nodes whose scans were filled since
     NodeRef root_;

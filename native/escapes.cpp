@@ -44,6 +44,12 @@ JsonEscapes::JsonEscapes(std::vector<int32_t> table, int n_own, int32_t n_base, 
     if (start > 0) inside_[size_t(start)] = in_string ? 1 : 0;
 }
 
+size_t JsonEscapes::heap_bytes() const {
+    return vector_bytes(table_) + vector_bytes(inside_) + vector_bytes(escape_of_) +
+           vector_bytes(nodes_) + tree_bytes(index_) + hash_bytes(chars_) + tree_bytes(cont_) +
+           heap_;
+}
+
 bool JsonEscapes::inside_of(int32_t s) const {
     if (inside_[size_t(s)] < 0)
         throw std::logic_error("escapes: state " + std::to_string(s) + " read before reached");
@@ -131,7 +137,9 @@ const JsonEscapes::Runs& JsonEscapes::continuations(int32_t s, int k) {
             for (const Run& t : tails) runs.push_back({b0 + t.lo, b0 + t.hi, t.target});
         }
     }
-    return cont_[key] = merged(std::move(runs));
+    Runs& out = cont_[key] = merged(std::move(runs));
+    heap_ += vector_bytes(out);
+    return out;
 }
 
 const JsonEscapes::Runs& JsonEscapes::characters(int32_t s) {
@@ -171,7 +179,9 @@ const JsonEscapes::Runs& JsonEscapes::characters(int32_t s) {
             if (int32_t t = walk(after, required_escape(cp))) runs.push_back({cp, cp, t});
         }
     }
-    return chars_[s] = merged(std::move(runs));
+    Runs& out = chars_[s] = merged(std::move(runs));
+    heap_ += vector_bytes(out);
+    return out;
 }
 
 int32_t JsonEscapes::escape_of(int32_t s) {
@@ -193,6 +203,7 @@ int32_t JsonEscapes::node(Kind kind, int level, const Runs& runs) {
     if (found != index_.end()) return found->second;
     auto id = int32_t(n_base_ + int32_t(nodes_.size()));
     nodes_.push_back(Node{kind, level, runs, false, {}});
+    heap_ += copy_bytes(runs) + vector_bytes(key);
     index_.emplace(std::move(key), id);
     return id;
 }
@@ -207,6 +218,7 @@ void JsonEscapes::build(int32_t id) {
         if (t > 0 && t < n_base_) reached(t, true);  // a character read: back inside
     }
     Node& done = nodes_[size_t(id)];
+    heap_ += vector_bytes(row);
     done.row = std::move(row);
     done.built = true;
 }

@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "nbytes.hpp"
+
 namespace constrain {
 
 class JsonEscapes {
@@ -24,6 +26,8 @@ public:
     int32_t next(int32_t state, int own);   // 0: dead
     int32_t n_base() const { return n_base_; }
     size_t n_states() const { return size_t(n_base_) + nodes_.size(); }
+    // The heap it holds: the base table and the subtrees built so far (O(1)).
+    size_t heap_bytes() const;
 
 private:
     struct Run {
@@ -78,6 +82,7 @@ private:
     std::map<std::vector<int64_t>, int32_t> index_;  // (kind, level, runs...) -> node
     std::unordered_map<int32_t, Runs> chars_;
     std::map<std::pair<int32_t, int>, Runs> cont_;
+    size_t heap_ = 0;  // what the nodes' runs and rows, the index's keys and the runs hold
 };
 
 }  // namespace constrain

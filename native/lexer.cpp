@@ -34,7 +34,16 @@ int32_t Lexer::start_of(const std::vector<int>& lexemes) {
     if (combo.empty()) combo.emplace_back(-1, 0);  // reads nothing, yet is not dead
     int32_t state = intern(combo);
     starts_.emplace(lexemes, state);
+    keys_bytes_ += copy_bytes(lexemes);
     return state;
+}
+
+size_t Lexer::heap_bytes() const {
+    size_t out = vector_bytes(lexemes_);
+    for (const LexemeDFA& dfa : lexemes_) out += dfa.heap_bytes();
+    return out + vector_bytes(combos_) + hash_bytes(index_) + vector_bytes(rows_) +
+           vector_bytes(done_) + vector_bytes(tag_) + vector_bytes(tag_sets_) +
+           tree_bytes(tag_index_) + vector_bytes(can_end_) + tree_bytes(starts_) + keys_bytes_;
 }
 
 Combo Lexer::key(int32_t state) const {
@@ -56,6 +65,7 @@ int32_t Lexer::intern(const Combo& combo) {
     auto state = int32_t(combos_.size());
     combos_.push_back(combo);
     index_.emplace(combo, state);
+    keys_bytes_ += 2 * copy_bytes(combo);
     rows_.resize(rows_.size() + size_t(n_joint_), 0);
     done_.push_back(0);
     tag_.push_back(tag_of(combo));
@@ -102,6 +112,7 @@ int32_t Lexer::tag_of(const Combo& combo) {
     auto tag = int32_t(tag_sets_.size());
     tag_sets_.push_back(kept);
     tag_index_.emplace(kept, tag);
+    keys_bytes_ += 2 * copy_bytes(kept);
     std::array<uint8_t, 256> blocked{};
     for (int j : kept) {
         const LexemeDFA& dfa = lexemes_[size_t(j)];

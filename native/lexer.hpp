@@ -51,6 +51,13 @@ struct LexemeDFA {
     size_t n_states() const {
         return counted ? counted->n_states() : escapes ? escapes->n_states() : accepting.size();
     }
+    size_t heap_bytes() const {
+        size_t out = vector_bytes(table) + vector_bytes(accepting) + vector_bytes(own_of_joint) +
+                     vector_bytes(owners);
+        if (escapes) out += kSharedBlockBytes + sizeof(JsonEscapes) + escapes->heap_bytes();
+        if (counted) out += kSharedBlockBytes + sizeof(CountedStrings) + counted->heap_bytes();
+        return out;
+    }
 };
 
 using Pair = std::pair<int32_t, int32_t>;  // (lexeme id or -1, its DFA state)
@@ -97,6 +104,9 @@ public:
     const std::array<int32_t, 256>& classes() const { return classes_; }
     const std::vector<int>& tag_set(int32_t tag) const { return tag_sets_[tag]; }
     Combo key(int32_t state) const;  // the (lexeme, DFA state) pairs alive
+    // The heap it holds: its lexemes' DFAs (with the escapes and counted strings built so far)
+    // and the product's states, rows and tags (O(lexemes): running counts, no walk of states).
+    size_t heap_bytes() const;
     // The grammar's lock: held by every call from outside C++ into this lexer or the parser,
     // automaton and masks built on it (their state is filled lazily, from several threads).
     std::mutex& mutex() const { return mutex_; }
@@ -120,6 +130,7 @@ private:
     std::vector<uint8_t> can_end_;  // n_tags x 256
     std::array<int32_t, 256> end_classes_{};
     std::map<std::vector<int>, int32_t> starts_;
+    size_t keys_bytes_ = 0;  // what the combos, the tag sets and the keys of their indexes hold
     mutable std::mutex mutex_;
 };
 

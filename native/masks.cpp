@@ -135,6 +135,14 @@ MaskFiller::MaskFiller(std::shared_ptr<CFGCore> core, std::shared_ptr<const Slic
     }
 }
 
+size_t MaskFiller::heap_bytes() const {
+    size_t out = vector_bytes(specials_) + vector_bytes(eos_) + vector_bytes(order_) +
+                 hash_bytes(decided_) + tree_bytes(lexeme_admits_) + tree_bytes(across_) +
+                 tree_bytes(ends_inside_) + vector_bytes(representatives_) + pieces_.heap_bytes();
+    for (const auto& bytes : representatives_) out += vector_bytes(bytes);
+    return out;
+}
+
 const std::vector<uint8_t>& MaskFiller::representatives(int slice) {
     std::vector<uint8_t>& found = representatives_[size_t(slice)];
     if (!found.empty()) return found;

@@ -80,6 +80,8 @@ public:
     // any bit is set.
     bool fill(const NodeRef& node, int32_t s, uint32_t* row, Meter& meter);
     const PieceCache& pieces() const { return pieces_; }
+    // The heap its memos and pieces hold (not the grammar's nor the vocabulary's; O(slices)).
+    size_t heap_bytes() const;
     CFGCore& core() { return *core_; }
     size_t n_words() const { return slices_->n_words; }
 

@@ -441,7 +441,14 @@ void bind_cfg(py::module_& m) {
         .def_property_readonly("piece_bytes", [](MaskFiller& f) {
             Hold hold(f.core().lexer());
             return f.pieces().bytes();
-        });
+        })
+        .def_property_readonly(
+            "nbytes",
+            [](MaskFiller& f) {
+                Hold hold(f.core().lexer());
+                return sizeof(MaskFiller) + f.heap_bytes();
+            },
+            "Heap bytes its memos and mask pieces hold (not the grammar's nor the vocabulary's).");
 
     py::class_<TokenSteps, std::shared_ptr<TokenSteps>>(
         m, "TokenSteps", "A grammar read token by token over one vocabulary.")
@@ -477,7 +484,14 @@ void bind_cfg(py::module_& m) {
                 return t.allows(node, s, token, meter);
             },
             py::arg("node"), py::arg("s"), py::arg("token"), py::arg("meter"),
-            "Whether `token` is allowed: EOS where the text is complete, else as `step`.");
+            "Whether `token` is allowed: EOS where the text is complete, else as `step`.")
+        .def_property_readonly(
+            "nbytes",
+            [](TokenSteps& t) {
+                Hold hold(t.core().lexer());
+                return kSharedBlockBytes + sizeof(TokenSteps) + t.heap_bytes();
+            },
+            "Heap bytes it holds of its own (not the grammar's nor the texts').");
 
     py::class_<CursorBinding>(
         m, "TokenCursor", "One sequence's position held natively: a check passes only the token.")
@@ -610,6 +624,21 @@ void bind_cfg(py::module_& m) {
             Hold hold(c.lexer());
             return c.parser().n_nodes();
         })
+        .def_property_readonly(
+            "nbytes",
+            [](CFGCore& c) {
+                Hold hold(c.lexer());
+                return kSharedBlockBytes + sizeof(CFGCore) + c.heap_bytes();
+            },
+            "Heap bytes the parser holds: its rules, its index and every node of its alive (the "
+            "lexer's are its own `nbytes`).")
+        .def(
+            "pieces_nbytes",
+            [](CFGCore& c, const PieceCache& cache) {
+                Hold hold(c.lexer());
+                return sizeof(PieceCache) + cache.heap_bytes();
+            },
+            py::arg("cache"), "Heap bytes `cache`, a cache of this grammar's pieces, holds.")
         .def(
             "scan",
             [](CFGCore& c, const NodeRef& node, std::vector<int32_t> lexemes, Meter& meter) {
@@ -772,6 +801,13 @@ PYBIND11_MODULE(native, m) {
              py::arg("classes"), py::arg("n_joint"), py::arg("lexemes"), py::arg("max_states"))
         .def_property_readonly("n_states", [](const Lexer& lx) { Hold h(lx); return lx.n_states(); })
         .def_property_readonly("n_tags", [](const Lexer& lx) { Hold h(lx); return lx.n_tags(); })
+        .def_property_readonly(
+            "nbytes",
+            [](const Lexer& lx) {
+                Hold hold(lx);
+                return kSharedBlockBytes + sizeof(Lexer) + lx.heap_bytes();
+            },
+            "Heap bytes it holds: the lexemes' DFAs and the product's states, rows and tags.")
         .def(
             "start_of",
             [](Lexer& lx, const std::vector<int>& lexemes) {
@@ -788,9 +824,9 @@ PYBIND11_MODULE(native, m) {
                 const int32_t* row = lx.row(state);
                 std::vector<int32_t> out(256);
                 for (int b = 0; b < 256; ++b) out[size_t(b)] = row[lx.classes()[size_t(b)]];
-                return out;
+                return to_array(std::move(out));
             },
-            py::arg("state"))
+            py::arg("state"), "The next state at each of the 256 bytes (int32).")
         .def(
             "tag_of",
             [](const Lexer& lx, int32_t state) {

@@ -30,6 +30,8 @@ public:
     bool accepting(const NodeRef& node, int32_t s, Meter& meter);
     CFGCore& core() { return *core_; }
     int64_t n_tokens() const { return texts_->size(); }
+    // The heap it holds of its own (the grammar and the texts are shared): nothing grows.
+    size_t heap_bytes() const { return vector_bytes(specials_) + vector_bytes(eos_); }
 
 private:
     std::shared_ptr<CFGCore> core_;

@@ -828,3 +828,168 @@ def test_native_key_check_is_the_reference(escapes):
                 break
             assert native.state_key(here) == reference.state_key(expected)
     assert refusals > 100  # the documents reach repeated keys
+
+
+_SIZED_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 24},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "score": {"type": "number"},
+        "kind": {"enum": ["alpha", "beta", "gamma"]},
+    },
+    "required": ["name", "tags", "score", "kind"],
+}
+
+
+def _allowed(mask: np.ndarray, vocab) -> list[int]:
+    """The text tokens a mask (one bool or bit per token) allows, EOS left out."""
+    if mask.dtype != bool:  # packed: bit t of the little-endian words
+        mask = np.unpackbits(mask.view(np.uint8), bitorder="little").astype(bool)
+    ids = np.flatnonzero(mask[: vocab.size])
+    return [int(t) for t in ids if int(t) not in vocab.eos_ids]
+
+
+def test_nbytes_grows_with_the_states_a_grammar_visits(smollm_vocab):
+    """A compiled schema's automaton reports bytes at once, and more after masks and steps
+    of new states: its lexer, its parser's nodes and its native masks' memos all grow."""
+    from constrain.engine.grammar.native_chart import NativeMasks
+
+    grammar = cn.Grammar.from_json_schema(_SIZED_SCHEMA)
+    constraint = cn.Constraint(grammar, smollm_vocab)
+    automaton = grammar.automaton
+    constraint.start().mask()
+    fresh = automaton.nbytes()
+    lexer, chart = automaton.lexer.nbytes, automaton.parser.nbytes
+    masks = [made for made in automaton._handed if isinstance(made, NativeMasks)]
+    assert fresh > 0 and lexer > 0 and chart > 0 and len(masks) == 1
+    filled = masks[0].nbytes
+    rng = random.Random(11)
+    for _ in range(6):
+        matcher = constraint.start()
+        for _ in range(40):
+            allowed = _allowed(matcher.mask(), smollm_vocab)
+            if not allowed:
+                break
+            matcher.advance(rng.choice(allowed))
+    assert automaton.lexer.nbytes > lexer
+    assert automaton.parser.nbytes > chart
+    assert masks[0].nbytes > filled
+    assert automaton.nbytes() > fresh + (automaton.lexer.nbytes - lexer)
+
+
+def test_native_chart_bytes_fall_when_its_nodes_are_released():
+    """The parser's running count of node bytes follows the nodes: it grows as states are
+    built and falls back once they are forgotten and no state holds them."""
+    automaton = cn.grammars.load("json").with_engine("native").automaton
+    text = b'{"a": [1, "x", {"b": ' * 30 + b"null" + b"}]}" * 30
+    base = automaton.parser.nbytes
+    states = [automaton.step(automaton.start, text[:cut]) for cut in range(0, len(text), 3)]
+    grown = automaton.parser.nbytes
+    assert all(s is not None for s in states) and grown > base + 50_000
+    automaton.parser.max_items = 1  # the next new node forgets every interned one
+    assert automaton.step(automaton.start, b"[[7, 8") is not None
+    automaton.parser.max_items = 1 << 18
+    del states
+    assert automaton.parser.nbytes < base + (grown - base) // 4
+
+
+def test_native_lexer_rows_stay_within_their_byte_bound(monkeypatch):
+    """The Python copies of the native lexer's rows stay under their byte bound however many
+    states are read, and read the same rows as the native lexer."""
+    from constrain.engine.grammar import lexers
+
+    monkeypatch.setattr(lexers, "ROW_CACHE_BYTES", 20_000)
+    automaton = cn.Grammar.from_json_schema(_SIZED_SCHEMA).automaton
+    lexer = automaton.lexer
+    assert isinstance(lexer, lexers.NativeLexer)
+    text = b'{"name":"abcdefghijklmnopqrstuvw","tags":["x y","zz"],"score":-12.5,"kind":"gam'
+    assert automaton.step(automaton.start, text) is not None  # new lexer states on the way
+    states = np.arange(1, lexer.n_states)
+    assert len(states) > 50
+    rows = lexer.rows(states)
+    for s in random.Random(5).sample(states.tolist(), 20):
+        assert lexer.row(s) == lexer.native.row(s).tolist()
+        assert lexer.live_bytes(s) == tuple(np.flatnonzero(rows[s - 1]).tolist())
+    assert lexer._rows.bytes <= 20_000 and len(lexer._rows) < len(states)
+    assert lexer._live.bytes <= 5_000
+    assert lexer.nbytes >= lexer.native.nbytes + lexer._rows.bytes
+
+
+def test_nbytes_is_read_safely_while_batches_fill(smollm_vocab):
+    """Threads reading `nbytes` (which takes each grammar's lock) while two other threads fill
+    batches of those grammars' masks without the GIL and step them, with the interpreter
+    switching threads as often as it can: no crash, no deadlock, every reading positive."""
+    import sys
+    import threading
+
+    from constrain.engine.matcher import TokenAutomaton, prefill_masks
+
+    grammars = [
+        cn.Grammar.from_json_schema(_SIZED_SCHEMA),
+        cn.Grammar.from_json_schema({"type": "array", "items": {"type": "integer"}}),
+        cn.grammars.load("json"),
+    ]
+    automata = [TokenAutomaton(grammar, smollm_vocab) for grammar in grammars]
+    done = threading.Event()
+    failures: list = []
+    readings: list[int] = []
+
+    def fill(seed: int):
+        rng = random.Random(seed)
+        try:
+            for _ in range(3):
+                here = [a.start().state for a in automata]
+                for _ in range(25):
+                    prefill_masks(list(zip(automata, here)), threads=2)
+                    for k, a in enumerate(automata):
+                        allowed = _allowed(a.masks.get(here[k]), smollm_vocab)
+                        if allowed:
+                            here[k] = a.step(here[k], rng.choice(allowed))
+        except Exception as exc:  # noqa: BLE001 (reported below)
+            failures.append(exc)
+
+    def read():
+        try:
+            while not done.is_set():
+                for a in automata:
+                    masks = a.native_masks()
+                    sizes = [a.automaton.nbytes(), masks.nbytes, a.automaton.lexer.nbytes]
+                    readings.extend(sizes)
+                    if min(sizes) <= 0:
+                        failures.append(sizes)
+        except Exception as exc:  # noqa: BLE001 (reported below)
+            failures.append(exc)
+
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        fillers = [threading.Thread(target=fill, args=(seed,)) for seed in range(2)]
+        readers = [threading.Thread(target=read) for _ in range(3)]
+        for t in [*readers, *fillers]:
+            t.start()
+        for t in fillers:
+            t.join(timeout=300)
+        done.set()
+        for t in readers:
+            t.join(timeout=60)
+    finally:
+        sys.setswitchinterval(switching)
+    assert not any(t.is_alive() for t in [*fillers, *readers])
+    assert failures == []
+    assert len(readings) > 30
+
+
+def test_python_engine_grammars_answer_nbytes(monkeypatch):
+    """A Python engine grammar has no native parts, yet answers `nbytes` from its Python
+    structures, growing with the states it reads; its per-state memos stay in their bound."""
+    from constrain.engine.grammar import cfg
+
+    monkeypatch.setattr(cfg, "_MEMO_BYTES", 4_000)
+    automaton = cn.grammars.load("json").with_engine("python").automaton
+    fresh = automaton.nbytes()
+    text = b'{"a": [1, "x", {"b": ' * 8 + b"null" + b"}]}" * 8
+    for cut in range(len(text)):
+        automaton.expected_bytes(automaton.step(automaton.start, text[:cut]))
+    assert 0 < fresh < automaton.nbytes()
+    assert 0 < automaton._expected.bytes <= 4_000

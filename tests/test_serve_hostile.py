@@ -2,13 +2,16 @@
 
 Each class of attack that once stalled, exhausted or fooled the server is sent while a
 watcher samples the server's resident memory: runaway work (a Lark grammar whose terminals
-double, length bounds in the hundred thousands, a client that leaves mid-compile), sizes
-beyond the limits (bodies, prompts, particles, concurrent compiles), text that tries to
-become control (roles, special tokens in names), and input that used to pass as success or
-crash (non-object tool arguments, deep bodies, huge numbers, retyped fields). Every answer
-must arrive within its bound, be a 4xx naming what is wrong (never a 500) or a valid answer,
-a probe request sent meanwhile must answer within twice its idle latency (and `NOISE`), /health must tell
-the truth, memory must stay within `RSS_GROWTH`, and SIGTERM must end the server in seconds.
+double, rules that double, literals of a megabyte, length bounds in the hundred thousands, a
+client that leaves mid-compile), sizes beyond the limits (bodies, prompts, particles,
+constraint text, concurrent compiles), one request's failure (special tokens in a grammar),
+languages found empty only at generation, text that tries to become control (roles, special
+tokens in names), and input that used to pass as success or crash (non-object tool
+arguments, deep bodies, deep regexes, huge numbers, retyped fields). Every answer must arrive
+within its bound, be a 4xx naming what is wrong (never a 500) or a valid answer, a probe
+request sent meanwhile must answer within twice its idle latency (and `NOISE`), /health must
+tell the truth, memory must stay within `RSS_GROWTH`, and SIGTERM must end the server in
+seconds.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import statistics
 import threading
@@ -35,6 +39,17 @@ ASK = [{"role": "user", "content": "Answer."}]
 DOUBLING = "\n".join(
     ["start: T20", 'T0: "ab"'] + [f"T{i}: T{i - 1} T{i - 1}" for i in range(1, 21)]
 )
+MB = 1_000_000
+EXCEPTION_NAME = re.compile(r"\b[A-Z]\w*(Error|Exception)\b")  # never in a client's message
+
+
+def doubling_rules(syntax: str, levels: int = 40) -> str:
+    """Rules that double: the one text is 2 * 2^levels characters long."""
+    if syntax == "gbnf":
+        return "\n".join([f"root ::= a{levels}", 'a0 ::= "ab"']
+                         + [f"a{i} ::= a{i - 1} a{i - 1}" for i in range(1, levels + 1)])
+    return "\n".join([f"start: a{levels}", 'a0: "ab"']
+                     + [f"a{i}: a{i - 1} a{i - 1}" for i in range(1, levels + 1)])  # fmt: skip
 
 
 def rss(pid: int) -> int:
@@ -175,17 +190,37 @@ def test_concurrent_compiles_beyond_the_limit_are_429(server):
             assert r.headers["retry-after"]
 
 
+def _heavy(variant: int) -> dict[str, dict]:
+    """Inputs whose refusal was once made by the clock; `variant` makes them new to the
+    server's caches while keeping their work the same."""
+    letter = "abcdefgh"[variant]
+    words = "|".join(f"{letter}{i}x" for i in range(20_000))
+    rules = "".join(f'r{i} ::= "{letter}{i}" | r{i + 1}\n' for i in range(8_000))
+    return {
+        "regex at the edge": dict(regex=f"[{letter}-z]{{1,5500}}"),
+        "alternation of 20,000 words": dict(regex=words),
+        "nested counted repeats": dict(regex=f"(((({letter}{{1,20}}){{1,20}}){{1,20}}){{1,20}})"),
+        "catastrophic whitespace_pattern": dict(
+            response_format=schema_format({"type": "object", "properties": {letter: {}}}),
+            structured_outputs={"whitespace_pattern": "( *)*( *)*( *)*$"}),
+        "GBNF of 8,000 rules": dict(grammar=f"root ::= r0\n{rules}r8000 ::= \"end\"\n"),
+    }  # fmt: skip
+
+
 def test_same_request_same_answer_idle_and_loaded(server):
-    """The compile budget counts work, not time: a regex at the edge gets the same answer
-    while four streams decode."""
+    """The compile budget counts work, not time: inputs once refused by a clock get the same
+    answer while three requests decode as when the server is idle."""
     url, _, _ = server
-    idle = chat(url, regex="[a-z]{1,5500}").status_code
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        load = [pool.submit(chat, url, 120, max_tokens=16, stream=False) for _ in range(3)]
-        loaded = chat(url, regex="[A-Z]{1,5500}").status_code
-        for f in load:
-            assert f.result().status_code == 200
-    assert idle == loaded
+    idle = {name: chat(url, **fields) for name, fields in _heavy(0).items()}
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        for name, fields in _heavy(1).items():
+            load = [pool.submit(chat, url, 120, max_tokens=16) for _ in range(3)]
+            loaded = chat(url, **fields)
+            assert [f.result().status_code for f in load] == [200] * 3
+            assert loaded.status_code == idle[name].status_code, (name, loaded.text)
+            if loaded.status_code != 200:
+                assert loaded.json()["error"]["code"] == idle[name].json()["error"]["code"]
+                assert "time limit" not in loaded.json()["error"]["message"], name
 
 
 @pytest.mark.parametrize(
@@ -227,6 +262,188 @@ def test_huge_numbers_in_the_body_are_a_400(server):
     response = httpx.post(f"{url}/v1/chat/completions", content=raw,
                           headers={"content-type": "application/json"}, timeout=30)  # fmt: skip
     refused(response)
+
+
+def attack_while_probing(url: str, idle: float, fields: dict, timeout: float = 120):
+    """Send `fields` as a chat request while another client probes: (answer, seconds it took,
+    the probe's latency, /health meanwhile)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        started = time.perf_counter()
+        attack = pool.submit(chat, url, timeout, **fields)
+        time.sleep(0.3)
+        health = httpx.get(f"{url}/health", timeout=5)
+        probe = probe_seconds(url)
+        response = attack.result()
+    return response, time.perf_counter() - started, probe, health
+
+
+def test_one_requests_special_tokens_never_fail_another(server):
+    """A GBNF grammar naming special tokens in its text (by text and by id) works end to end,
+    the token produced and the text going on, while other clients decode beside it."""
+    url, _, _ = server
+    grammars = ['root ::= "yes" <|im_start|> "no"', 'root ::= "yes" <[0]> "no"']
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        special = [pool.submit(chat, url, 60, grammar=g) for g in grammars]
+        plain = [pool.submit(chat, url, 60, max_tokens=12) for _ in range(4)]
+        for future in special:
+            choice = future.result().json()["choices"][0]
+            assert choice["message"]["content"] == "yesno" and choice["finish_reason"] == "stop"
+        assert all(f.result().status_code == 200 for f in plain)
+
+
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        (dict(grammar='root ::= "' + "a" * MB + '"'), "grammar"),
+        (dict(regex="a" * MB), "regex"),
+        (dict(structured_outputs={"choice": ["b" * MB]}), "structured_outputs.choice"),
+        (dict(choices=["x" * 200_000, "y" * 200_000]), "choices"),
+        (dict(response_format=schema_format({"type": "object"}),
+              structured_outputs={"whitespace_pattern": " " * MB}), "whitespace_pattern"),
+    ],
+)  # fmt: skip
+def test_constraint_text_is_bounded_before_any_work(server, fields, param):
+    url, _, _ = server
+    started = time.perf_counter()
+    error = refused(chat(url, **fields))
+    assert error["param"] == param and "--max-constraint-bytes" in error["message"], error
+    assert time.perf_counter() - started < 5
+
+
+def test_lone_surrogates_in_constraint_text_are_a_400_naming_them(server):
+    url, _, _ = server
+    raw = '{"messages": [{"role": "user", "content": "hi"}], "choices": ["ok", "\\ud800x"]}'
+    response = httpx.post(f"{url}/v1/chat/completions", content=raw, timeout=30,
+                          headers={"content-type": "application/json"})  # fmt: skip
+    error = refused(response)
+    assert error["param"] == "choices[1]" and "surrogate" in error["message"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["GBNF rules doubling 40 times", "Lark rules doubling 40 times", "regex literal of 200k",
+     "GBNF literal of 200k", "choices of 200k", "const of 1 MB", "minLength 1e5"],
+)  # fmt: skip
+def test_work_under_the_size_limits_is_metered(server, name):
+    """Inputs within the size limits whose work once ran away: each is answered (a 4xx naming
+    its field, or an answer cut by max_tokens or valid) in bounded time, while another client's
+    probe keeps its pace and /health says ok."""
+    url, _, _ = server
+    fields = {
+        "GBNF rules doubling 40 times": dict(grammar=doubling_rules("gbnf")),
+        "Lark rules doubling 40 times": dict(grammar=doubling_rules("lark")),
+        "regex literal of 200k": dict(regex="ab" * 100_000),
+        "GBNF literal of 200k": dict(grammar='root ::= "' + "ab" * 100_000 + '"'),
+        "choices of 200k": dict(choices=["ab" * 50_000, "cd" * 50_000]),
+        "const of 1 MB": dict(response_format=schema_format({"const": "a" * MB})),
+        "minLength 1e5": dict(response_format=schema_format(
+            {"type": "string", "minLength": 100_000, "maxLength": 1_000_000})),
+    }[name]  # fmt: skip
+    idle = idle_latency(url)
+    response, took, probe, health = attack_while_probing(url, idle, fields)
+    assert took < 60, (name, took)
+    assert probe <= 2 * idle + NOISE, (name, probe, idle)
+    assert health.status_code == 200 and health.json()["status"] == "ok", name
+    if response.status_code == 200:
+        choice = response.json()["choices"][0]
+        assert choice["finish_reason"] == "length", name  # 8 tokens cannot finish these
+        assert choice["incomplete_reason"], name
+    else:
+        error = refused(response)
+        assert error["param"] and not EXCEPTION_NAME.search(error["message"]), (name, error)
+
+
+def test_empty_languages_are_refused_at_compile_naming_the_keywords(server):
+    url, _, _ = server
+    for schema, words in [
+        ({"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True, "minItems": 3},
+         ("uniqueItems", "minItems 3", "2 distinct")),
+        ({"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
+          "uniqueItems": True, "minItems": 11}, ("uniqueItems", "minItems 11", "10 distinct")),
+        ({"type": "object", "propertyNames": {"enum": ["a", "b", "c"]}, "minProperties": 4},
+         ("minProperties 4", "3 property names")),
+    ]:  # fmt: skip
+        error = refused(chat(url, response_format=schema_format(schema)))
+        assert error["param"] == "response_format.json_schema.schema", error
+        assert all(w in error["message"] for w in words), error
+
+
+def test_satisfiable_schemas_never_end_in_a_500(server):
+    """Unique booleans (once a dead end in 5 of 8 seeds) are valid in every seed; 50
+    properties named by a pattern, which 8 tokens cannot hold, end "length" saying why."""
+    url, _, _ = server
+    schema = {"type": "array", "items": {"type": "boolean"}, "uniqueItems": True, "minItems": 2}
+    for seed in range(8):
+        response = chat(url, response_format=schema_format(schema), temperature=1.0, seed=seed,
+                        max_tokens=16)  # fmt: skip
+        choice = response.json()["choices"][0]
+        assert choice["finish_reason"] == "stop", (seed, choice)
+        Draft202012Validator(schema).validate(json.loads(choice["message"]["content"]))
+    names = {"type": "object", "propertyNames": {"pattern": "^[a-z]{1,3}$"}, "minProperties": 50}
+    choice = chat(url, response_format=schema_format(names)).json()["choices"][0]
+    assert choice["finish_reason"] == "length" and choice["incomplete_reason"], choice
+
+
+@pytest.mark.parametrize(
+    "fields, param, words",
+    [
+        (dict(regex="(" * 1000 + "a" + ")" * 1000), "regex", "MAX_GROUP_DEPTH"),
+        (dict(response_format=schema_format({"type": "object"}),
+              structured_outputs={"whitespace_pattern": "[a-z ]{0,5}"}),
+         "response_format.json_schema.schema", "not JSON whitespace"),
+        (dict(grammar="root ::= " + "(" * 1000 + '"a"' + ")" * 1000), "grammar", "MAX_DEPTH"),
+    ],
+)  # fmt: skip
+def test_refusals_name_the_field_and_the_limit_never_an_exception(server, fields, param, words):
+    url, _, _ = server
+    error = refused(chat(url, **fields))
+    assert error["param"] == param and words in error["message"], error
+    assert not EXCEPTION_NAME.search(error["message"]), error
+
+
+def test_a_too_large_body_is_a_413_the_openai_client_reads(server):
+    """The client sends its whole body before it reads: the server drains it and answers 413,
+    where closing mid-upload made the SDK retry and report a connection error."""
+    openai = pytest.importorskip("openai")
+    url, _, _ = server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=60)
+    with pytest.raises(openai.APIStatusError) as refusal:
+        client.chat.completions.create(
+            model="x", max_tokens=4, messages=[{"role": "user", "content": "x " * (3 * 2**20)}]
+        )
+    assert refusal.value.status_code == 413
+    assert "--max-body-bytes" in refusal.value.body["message"]
+
+
+def test_clients_that_leave_free_every_compile_slot(server):
+    """Clients that leave mid-compile, more than there are slots (the one past them gets a 429
+    after `compile_wait`): every slot is free again within 5 s, and the next new constraint
+    compiles."""
+    url, _, _ = server
+    grammars = [DOUBLING.replace('"ab"', f'"q{i}"').replace("T20", "T21") for i in range(3)]
+    left = 0
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        for future in [pool.submit(chat, url, 1.0, grammar=g) for g in grammars]:
+            try:
+                assert future.result().status_code == 429
+            except httpx.ReadTimeout:
+                left += 1
+    assert left >= 2  # the compile slots (max_compiling=2) were held by clients that left
+    deadline = time.monotonic() + 5
+    while (health := httpx.get(f"{url}/health", timeout=5).json())["compiling"]:
+        assert time.monotonic() < deadline, f"slots still held: {health}"
+        time.sleep(0.1)
+    assert health["preparing"] == 0 and health["status"] == "ok"
+    assert chat(url, regex="[a-f]{3,9}z").status_code == 200
+
+
+def test_metrics_report_what_the_caches_hold(server):
+    url, pid, _ = server
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    values = dict(re.findall(r"^(constrain_\w+) ([0-9.e+]+)$", text, re.MULTILINE))
+    held = float(values["constrain_compiled_constraints_bytes"])
+    assert 0 < held <= float(values["constrain_compiled_constraints_max_bytes"])
+    assert float(values["constrain_resident_memory_bytes"]) == pytest.approx(rss(pid), rel=0.2)
 
 
 def test_sigterm_ends_the_server_within_seconds_while_it_works(server):

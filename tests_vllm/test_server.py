@@ -206,6 +206,53 @@ def test_too_large_schema_fails_alone_while_others_complete(client, vllm_server)
     assert vllm_server.alive() and vllm_server.answers()
 
 
+def _doubling(levels: int = 40) -> str:
+    return "\n".join([f"root ::= a{levels}", 'a0 ::= "ab"']
+                      + [f"a{i} ::= a{i - 1} a{i - 1}" for i in range(1, levels + 1)])
+
+
+@pytest.mark.parametrize(
+    "outputs, words",
+    [
+        ({"json": {"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True,
+                   "minItems": 3}}, "admits no value"),
+        ({"regex": "(" * 1000 + "a" + ")" * 1000}, "MAX_GROUP_DEPTH"),
+        ({"json": {"type": "object"}, "whitespace_pattern": "[a-z ]{0,5}"}, "JSON whitespace"),
+    ],
+)  # fmt: skip
+def test_hostile_constraints_are_a_400_naming_why(client, vllm_server, outputs, words):
+    """The hostile classes the front-end check decides (an empty language, a regex nested
+    too deep, whitespace that is not whitespace): a 400 saying why, and the engine serves on."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="smollm2", messages=ASK, max_tokens=8,
+                                       extra_body={"structured_outputs": outputs})  # fmt: skip
+    assert words in str(caught.value)
+    assert not re.search(r"\b(Recursion|Attribute|Type|Key)Error\b", str(caught.value))
+    assert vllm_server.alive() and vllm_server.answers()
+
+
+@pytest.mark.parametrize(
+    "grammar",
+    [_doubling(), 'root ::= "' + "ab" * 100_000 + '"', 'root ::= "yes" <|im_start|> "no"'],
+    ids=["rules doubling 40 times", "literal of 200 kB", "special token mid-text"],
+)
+def test_hostile_grammars_are_served_in_bounded_time(client, vllm_server, grammar):
+    """Grammars whose work once ran away (rules that double, a long literal) or that name a
+    special token mid-text: answered in bounded time (cut by max_tokens, or a 400 saying
+    why), and the engine serves on."""
+    started = time.monotonic()
+    try:
+        answer = client.chat.completions.create(
+            model="smollm2", messages=ASK, max_tokens=8, temperature=0,
+            extra_body={"structured_outputs": {"grammar": grammar}},
+        )  # fmt: skip
+        assert answer.choices[0].finish_reason in ("length", "stop")
+    except openai.BadRequestError as refusal:
+        assert "grammar" in str(refusal)
+    assert time.monotonic() - started < 60
+    assert vllm_server.alive() and vllm_server.answers()
+
+
 def test_tool_choice_auto_calls_validate_or_text_is_free(client):
     """vLLM writes tool calling as a structural tag (triggered tags under "auto"): text, or
     calls whose arguments validate against the tool's parameters."""

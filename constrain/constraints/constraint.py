@@ -104,6 +104,17 @@ class Constraint:
 
         return unpack_bitmask(self.device_bitmask(matcher, device), self.vocab.size)
 
+    def nbytes(self) -> int:
+        """The memory this constraint holds now, in bytes (an estimate, for the byte-bounded
+        cache of compiled constraints): its grammar's automaton over the vocabulary, the
+        plans, and every cache it owns. It grows as sequences visit new states."""
+        refusals = sum(64 + ids.nbytes for ids in self.check_refusals.values())
+        device = sum(mask.element_size() * mask.nelement() for mask in self.device_masks.values())
+        return (
+            self.token_automaton.nbytes() + self.plans.nbytes() + self.checked_masks.bytes
+            + refusals + device + 160 * len(self.forced_choices)
+        )  # fmt: skip
+
     @property
     def cached_states(self) -> int:
         """Number of automaton states whose mask is cached."""

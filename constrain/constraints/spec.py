@@ -35,10 +35,11 @@ from constrain.jsonschema.validation import (
 )
 from constrain.jsonschema.values import value_from_json
 
-__all__ = ["ConstraintSpec", "compiled_constraints", "grammar_from"]
+__all__ = ["CONSTRAINTS_BYTES", "ConstraintSpec", "compiled_constraints", "grammar_from"]
 
 _KINDS = ("regex", "choices", "grammar", "schema", "type")
 _CONSTRAINTS_KEPT = 64  # compiled constraints kept per vocabulary (least recently used out)
+CONSTRAINTS_BYTES = 2**30  # and the bytes they may hold (`Constraint.nbytes`), by default
 
 
 def grammar_from(grammar: EngineGrammar | str | os.PathLike) -> EngineGrammar:
@@ -82,8 +83,16 @@ def grammar_from(grammar: EngineGrammar | str | os.PathLike) -> EngineGrammar:
 
 def compiled_constraints(vocab: Vocabulary) -> BoundedCache:
     """The constraints compiled for `vocab`, by their specification (its hits and misses
-    are the compile cache's)."""
-    return vocab.derived.get_or_build(("constraints",), lambda: BoundedCache(_CONSTRAINTS_KEPT))
+    are the compile cache's), at most `CONSTRAINTS_BYTES` of them as last measured (they
+    grow while used: `recount` measures them again; set `max_bytes` to change the bound)."""
+    return vocab.derived.get_or_build(
+        ("constraints",),
+        lambda: BoundedCache(_CONSTRAINTS_KEPT, max_bytes=CONSTRAINTS_BYTES, size=_constraint_bytes),
+    )
+
+
+def _constraint_bytes(constraint: Constraint) -> int:
+    return constraint.nbytes()
 
 
 @dataclass(frozen=True, eq=False)

@@ -75,6 +75,11 @@ class Automaton(Protocol):
 
     def step_special(self, state: Hashable, text: str) -> Hashable | None: ...
 
+    def nbytes(self) -> int:
+        """The memory the automaton holds now (its tables, and the states and memos it has
+        built as it was read), in bytes: an estimate for byte-bounded caches."""
+        ...
+
     def native_masks(
         self, slices: VocabularySlices, special_ids: dict[str, int], eos_ids: list[int]
     ) -> NativeMaskSource | None:
@@ -95,6 +100,7 @@ class NativeMaskSource(Protocol):
     `constrain.engine.grammar.native_chart.fill_batch`)."""
 
     n_words: int  # of a bitmask over the vocabulary
+    nbytes: int  # the memory its memos and pieces hold
 
     def bitmask(self, state: Hashable) -> tuple[np.ndarray, bool]:
         """The packed mask of `state` (int32, writable) and whether it allows any token."""
@@ -103,6 +109,8 @@ class NativeMaskSource(Protocol):
 
 class NativeTokenSteps(Protocol):
     """A grammar read token by token over one vocabulary, one native call per token."""
+
+    nbytes: int  # the memory it holds
 
     def step(self, state: Hashable, token: int) -> Hashable | None:
         """The state after text or special `token` (not EOS); None when it is not allowed."""
@@ -192,6 +200,10 @@ class DFAAutomaton:
         self._can_continue = (dfa.table != 0).any(axis=1)
         self._admits: dict[tuple[int, ByteDFA], bool] = {}
         self._dense: np.ndarray | None = None  # (n, 256) for the Python engine's walks
+
+    def nbytes(self) -> int:
+        dense = 0 if self._dense is None else self._dense.nbytes
+        return self.dfa.nbytes + self._can_continue.nbytes + dense + 96 * len(self._admits)
 
     def _dense_table(self) -> np.ndarray:
         """The (n, 256) table the Python engine's walks read (the native ones read the byte

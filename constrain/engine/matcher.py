@@ -48,6 +48,7 @@ FINISHED: Hashable = object()  # the state after EOS
 _UNKNOWN = object()  # not in a cache
 _MAX_FORCED_BACKOFF = 3  # forced tokens dropped at most from the end (token healing)
 _MAX_CACHED_STEPS = 2**18  # token transitions remembered per automaton
+_STEP_BYTES = 200  # one remembered transition: its key, state and the map's entry
 _IDS_PER_UNIT = 64  # ids of a mask (allocated, packed, ORed, slices tested) per unit burnt
 
 
@@ -262,6 +263,14 @@ class TokenAutomaton:
     def start(self) -> Matcher:
         """A Matcher at the start of the text."""
         return Matcher(self, [self.automaton.start])
+
+    def nbytes(self) -> int:
+        """The memory this automaton over the vocabulary holds: its masks and steps, the
+        grammar's automaton, and the native masks and steps it built."""
+        held = self.masks.bytes + _STEP_BYTES * len(self.steps) + self.automaton.nbytes()
+        for native in (self._native_masks, self.native_steps):
+            held += native.nbytes if native is not None else 0
+        return held
 
     @property
     def cached_states(self) -> int:

@@ -134,7 +134,9 @@ def create_app(served: Served, scheduler: Scheduler, access: Access | None = Non
     async def metrics():
         cache = compiled_constraints(served.model.vocab)
         held = getattr(served.model, "prompt_cache_used", 0)
-        text = scheduler.metrics.text(cache.hits, cache.misses, held)
+        measured = await asyncio.to_thread(cache.recount)  # they grow as they are used
+        text = scheduler.metrics.text(cache.hits, cache.misses, held,
+                                      (len(cache), measured, cache.max_bytes))  # fmt: skip
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     access.install(app)

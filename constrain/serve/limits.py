@@ -57,6 +57,9 @@ class Limits:
     prepare_fuel: int = _limit(10_000_000, "work units (about 1 us each) to prepare one "
                                "request: parse, compile, plan, first masks")  # fmt: skip
     prepare_seconds: float = _limit(60.0, "wall-clock backstop of one preparation (503)")
+    max_cache_bytes: int = _limit(2**30, "bytes the compiled constraints kept across requests "
+                                  "may hold, measured as they grow (least recently used "
+                                  "out)")  # fmt: skip
 
     def prompt_chars(self, context_length: int | None) -> int:
         """The limit on a prompt's characters for a model with `context_length` tokens."""

@@ -82,8 +82,11 @@ class Metrics:
         if tokens:
             self.tpot.observe(seconds / tokens)
 
-    def text(self, cache_hits: int, cache_misses: int, prompt_cache_bytes: int) -> str:
-        """The Prometheus exposition of every metric."""
+    def text(self, cache_hits: int, cache_misses: int, prompt_cache_bytes: int,
+             compiled: tuple[int, int, int]) -> str:  # fmt: skip
+        """The Prometheus exposition of every metric; `compiled`: the compiled constraints
+        kept, the bytes they hold and their bound."""
+        kept, held, bound = compiled
         p = "constrain_"
         lines = []
         for name, value, kind, help_text in (
@@ -99,6 +102,11 @@ class Metrics:
             ("compile_cache_hits_total", cache_hits, "counter", "compiled constraints reused"),
             ("compile_cache_misses_total", cache_misses, "counter", "constraints compiled"),
             ("prompt_cache_bytes", prompt_cache_bytes, "gauge", "KV cache kept for prompts"),
+            ("compiled_constraints", kept, "gauge", "compiled constraints kept"),
+            ("compiled_constraints_bytes", held, "gauge",
+             "memory the compiled constraints hold (their automata, masks, plans, states)"),
+            ("compiled_constraints_max_bytes", bound, "gauge",
+             "their bound (--max-cache-bytes)"),
             ("resident_memory_bytes", resident_bytes(), "gauge", "the process's resident set"),
         ):  # fmt: skip
             lines += [f"# HELP {p}{name} {help_text}", f"# TYPE {p}{name} {kind}",

@@ -21,6 +21,7 @@ from typing import Any
 
 from constrain import fuel
 from constrain.constraints import ConstraintSpec
+from constrain.constraints.spec import compiled_constraints
 from constrain.errors import Abandoned, ConstrainError, UnsupportedSchemaError, WorkLimitError
 from constrain.models.base import PromptIds
 from constrain.models.prompts import encode_chat, encode_text, render_chat
@@ -76,6 +77,7 @@ class Served:
 
     def __post_init__(self):
         self.compile_slots = CompileSlots(self.limits.max_compiling)
+        compiled_constraints(self.model.vocab).max_bytes = self.limits.max_cache_bytes
 
     @property
     def tokenizer(self):

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from constrain.api import Generator, Run
+from constrain.constraints.spec import compiled_constraints
 from constrain.decoding import Batch, Job
 from constrain.errors import ConstrainError
 from constrain.serve.errors import RequestError
@@ -33,6 +34,7 @@ __all__ = ["Choice", "Scheduler", "Ticket", "Update"]
 
 log = logging.getLogger("constrain.serve")
 _TRIM_EVERY = 2.0  # seconds between returns of freed heap pages to the system
+_RECOUNT_EVERY = 1.0  # seconds between measures of what the compiled constraints hold
 _GIVE_WAY = 0.002  # seconds another thread's long work sleeps while a step is under way
 _SWITCH_INTERVAL = 0.001  # seconds a thread holds the GIL while another waits for it
 
@@ -99,6 +101,8 @@ class Scheduler:
         self.stopped = False
         self.thread = threading.Thread(target=self._loop, name="constrain-scheduler", daemon=True)
         self.trim_heap, self.trimmed_at, self.untrimmed = _heap_trimmer(), 0.0, False
+        self.compiled = compiled_constraints(model.vocab)  # shared with the preparations
+        self.recounted_at = 0.0
         self.busy_since: float | None = None  # time.monotonic() when the current step began
 
     def start(self) -> None:
@@ -174,8 +178,14 @@ class Scheduler:
                 self.busy_since = None
 
     def _trim(self, idle: bool) -> None:
-        """Return freed heap pages to the system: when the server goes idle, and between
+        """Measure what the compiled constraints hold now (they grow as they are used; the
+        least recently used go beyond their bound) at most every `_RECOUNT_EVERY` seconds,
+        and return freed heap pages to the system: when the server goes idle, and between
         completions at most every `_TRIM_EVERY` seconds."""
+        now = time.perf_counter()
+        if now - self.recounted_at > _RECOUNT_EVERY:
+            self.compiled.recount()
+            self.recounted_at = now
         due = idle or time.perf_counter() - self.trimmed_at > _TRIM_EVERY
         if self.trim_heap is not None and self.untrimmed and due:
             self.trim_heap(0)

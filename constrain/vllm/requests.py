@@ -134,6 +134,9 @@ class StructuredRequest:
             raise Refused(str(exc), self.parameter + pointer) from None
         except ConstrainError as exc:
             raise Refused(f"{self.parameter}: {exc}", self.parameter) from None
+        except RecursionError:
+            raise Refused(f"{self.parameter} nests too deeply to be read",
+                          self.parameter) from None  # fmt: skip
 
     def _json(self):
         try:

@@ -36,6 +36,7 @@ Python code here stays the reference the tests hold them to.
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 import numpy as np
@@ -59,7 +60,11 @@ __all__ = ["CFGAutomaton"]
 _MAX_FORCED = 1024  # forced text is computed at most this far ahead
 _FRESH = 0  # lexer state meaning "no lexeme in progress"
 _MAX_CACHED_STATES = 2**16  # entries of the per-state caches (expected, forced bytes, admits)
+_MEMO_BYTES = 16 * 2**20  # and their estimated bytes, each
 _PIECES_KEPT, _PIECES_BYTES = 2**14, 64 * 2**20  # mask pieces per vocabulary trie
+# Estimated bytes of Python objects, for `nbytes` (CPython 3.10+, 64-bit):
+_MEMO_ENTRY = 192  # a memo entry beyond its value's items: the dict slot, the key, the value
+_PY_PIECE_KEY = 160  # a Python piece cache's key and its ordered-dict node
 
 
 class CFGAutomaton:
@@ -86,10 +91,14 @@ class CFGAutomaton:
             self.parser = EarleyParser(rules)
         self._pieces: weakref.WeakKeyDictionary[TokenTrie, object] = weakref.WeakKeyDictionary()
         self.max_piece_bytes = _PIECES_BYTES  # per vocabulary trie
-        self._admits: dict[tuple, bool] = {}  # (lexer state or lexeme, language) -> admits
+        # (lexer state or lexeme, language) -> admits
+        self._admits: _Memo = _Memo(lambda found: _MEMO_ENTRY)
         self._completions: Completions | None = None
-        self._expected: dict[tuple, list[int]] = {}
-        self._forced: dict[tuple, bytes] = {}
+        self._expected: _Memo = _Memo(lambda found: _MEMO_ENTRY + 8 * len(found))
+        self._forced: _Memo = _Memo(lambda found: _MEMO_ENTRY + len(found))
+        # the native masks and steps handed out, alive (their memos grow with this grammar)
+        self._handed: weakref.WeakSet = weakref.WeakSet()
+        self._handed_lock = threading.Lock()
         self.start = (self.parser.root, _FRESH)
         self._start(self.parser.root)
 
@@ -256,7 +265,8 @@ class CFGAutomaton:
         if self._native is None:
             return None
         specials = self._special_tokens(special_ids)
-        return self._native.masks(slices, specials, eos_ids, (_PIECES_KEPT, self.max_piece_bytes))
+        masks = self._native.masks(slices, specials, eos_ids, (_PIECES_KEPT, self.max_piece_bytes))
+        return self._hand_out(masks)
 
     def native_steps(
         self, vocab: Vocabulary, special_ids: dict[str, int], eos_ids: list[int]
@@ -265,7 +275,13 @@ class CFGAutomaton:
         if self._native is None:
             return None
         specials = self._special_tokens(special_ids)
-        return self._native.token_steps(vocab.native_texts, specials, eos_ids)
+        return self._hand_out(self._native.token_steps(vocab.native_texts, specials, eos_ids))
+
+    def _hand_out(self, made):
+        """`made` (native masks or steps), counted by `nbytes` while it lives."""
+        with self._handed_lock:
+            self._handed.add(made)
+        return made
 
     def _special_tokens(self, special_ids: dict[str, int]) -> list[tuple[int, int]]:
         """(special lexeme, its token id) for each special terminal."""
@@ -301,16 +317,60 @@ class CFGAutomaton:
                 stack.append((after, (start, children.tobytes()), start, children, False))
         return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
+    # -- memory ---------------------------------------------------------------------------------
+
+    def nbytes(self) -> int:
+        """Estimated bytes this automaton holds and has grown (caches, parser, native masks)."""
+        native = self._native
+        if native is not None:
+            held = self.lexer.nbytes + native.nbytes
+        else:
+            held = self.lexer.nbytes + self.parser.nbytes
+        # a snapshot of the tries' caches (`data`: copied at once, as another thread adds one)
+        for pieces in list(self._pieces.data.values()):
+            if native is not None:
+                held += native.piece_cache_nbytes(pieces)
+            else:
+                held += pieces.bytes + len(pieces) * _PY_PIECE_KEY
+        with self._handed_lock:
+            handed = list(self._handed)
+        held += sum(made.nbytes for made in handed)
+        held += self._admits.bytes + self._expected.bytes + self._forced.bytes
+        if self._completions is not None:
+            held += self._completions.nbytes
+        dfas = {}  # built lexeme DFAs (a cached property: not built here), each once
+        for lexeme in self.lexeme_table:
+            dfa = lexeme.built_dfa
+            if dfa is not None:
+                dfas[id(dfa)] = dfa
+        return held + sum(dfa.nbytes for dfa in dfas.values())
+
 
 def _piece_bytes(piece: Piece) -> int:
     """What a piece holds, for its cache's byte bound: its arrays, and a little per object."""
     return 64 + piece.tokens.nbytes + sum(64 + nodes.nbytes for _, nodes in piece.groups)
 
 
-def _remember(cache: dict, key: tuple, value):
+class _Memo(dict):
+    """A per-state memo, with the estimated bytes of its entries (`size` of each value)."""
+
+    __slots__ = ("bytes", "size")
+
+    def __init__(self, size):
+        super().__init__()
+        self.bytes = 0
+        self.size = size
+
+
+def _remember(cache: _Memo, key: tuple, value):
     """Store `value` for `key` (a state, or one with a language), emptying the cache when
-    full (states are unbounded)."""
-    if len(cache) >= _MAX_CACHED_STATES:
+    full (states are unbounded): past `_MAX_CACHED_STATES` entries or `_MEMO_BYTES`."""
+    if key in cache:  # (another thread's, just stored)
+        return value
+    size = cache.size(value)
+    if len(cache) >= _MAX_CACHED_STATES or cache.bytes + size > _MEMO_BYTES:
         cache.clear()
+        cache.bytes = 0
     cache[key] = value
+    cache.bytes += size
     return value

@@ -50,6 +50,9 @@ _INF = float("inf")
 _SEARCH_STATES = 4_000  # states the fallback search visits at most
 _ENDING_STATES = 4_096  # lexer states a search for a lexeme's endings visits at most
 _OWED_KEPT = 2**12  # parser nodes whose answers are remembered
+_ENDINGS_KEPT = 2**14  # lexer states whose lexeme endings are remembered
+_OWED_NODE_BYTES, _OWED_ENTRY_BYTES = 280, 192  # a node's answers (a dict) and each answer
+_ENDINGS_BYTES = 256  # one lexer state's endings (a list of (tag, bytes))
 
 
 def _shortest(dfa: ByteDFA) -> bytes | None:
@@ -78,11 +81,19 @@ class Completions:
         # per node serial (never reused; holding no node), emptied when full before a solve,
         # never during one (it reads its origins' answers)
         self._owed: dict[int, dict[int, tuple[float, int, int | None]]] = {}
-        self._endings: dict[int, list[tuple[int, bytes]]] = {}
+        self._endings: dict[int, list[tuple[int, bytes]]] = {}  # per lexer state, emptied when full
 
     @property
     def automaton(self):
         return self._automaton()
+
+    @property
+    def nbytes(self) -> int:
+        """The memory held (an estimate): the tables per dotted rule and the memos."""
+        owed = list(self._owed.values())  # a snapshot: another thread may be solving
+        rules = (len(self.rest) + len(self._lexemes)) * 32
+        memo = len(owed) * _OWED_NODE_BYTES + sum(map(len, owed)) * _OWED_ENTRY_BYTES
+        return rules + memo + len(self._endings) * _ENDINGS_BYTES
 
     # -- symbols ----------------------------------------------------------------------------
 
@@ -292,6 +303,8 @@ class Completions:
                 if t and t not in parents:
                     parents[t] = (q, int(BYTE_PREFERENCE[at[i]]))
                     queue.append(t)
+        if len(self._endings) >= _ENDINGS_KEPT:
+            self._endings.clear()
         self._endings[s] = found
         return found
 

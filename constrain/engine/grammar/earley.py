@@ -45,6 +45,7 @@ __all__ = ["ChartNode", "DottedRules", "EarleyParser", "dotted_rules", "items_wa
 _SUPER_START = "$start"
 _SERIALS = itertools.count()
 MAX_ITEMS_HELD = 1 << 18  # items in interned nodes before the parser forgets them (~25 MB)
+_ITEM_BYTES, _NODE_BYTES = 112, 640  # an interned item (a tuple); a node (sets, dicts)
 
 
 class DottedRules(NamedTuple):
@@ -131,6 +132,14 @@ class EarleyParser:
     @property
     def n_nodes(self) -> int:
         return len(self._interned)
+
+    @property
+    def nbytes(self) -> int:
+        """The memory held (an estimate): its interned nodes, their items and the rules."""
+        return (
+            self.items_held * _ITEM_BYTES + len(self._interned) * _NODE_BYTES
+            + len(self.next_sym) * 24
+        )  # fmt: skip
 
     def waiting(self, node: ChartNode) -> dict[int, list[tuple[int, ChartNode | None]]]:
         """The items of `node` grouped by the nonterminal after their dot."""

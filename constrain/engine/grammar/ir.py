@@ -54,7 +54,10 @@ class LexemeDFA(Protocol):
 
     def matches(self, data: bytes | str) -> bool: ...
 
-    def shortest_from(self, state: int) -> bytes: ...
+    def shortest_from(self, state: int, max_bytes: int | None = None) -> bytes | None: ...
+
+    @property
+    def nbytes(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,11 @@ class Lexeme:
             return dfa_from_strings([self.pattern]) if self.literal else compile_regex(self.pattern)
         except RegexError as exc:
             raise GrammarError(f"terminal {self.name}: {exc}") from exc
+
+    @property
+    def built_dfa(self) -> LexemeDFA | None:
+        """The automaton if it was built already (None: not built; asking does not build)."""
+        return self.__dict__.get("dfa", self.automaton)
 
 
 _TOKEN_ID_REFERENCE = re.compile(r"<\[([0-9]{1,12})\]>")

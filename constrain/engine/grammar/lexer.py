@@ -41,6 +41,7 @@ __all__ = ["COUNTED_ADMITS_PAIRS", "ByteLexer", "Lexer", "Piece", "outgrows"]
 
 MAX_LEXER_STATES = 200_000
 COUNTED_ADMITS_PAIRS = 512  # pairs a slice check may visit when a lexeme counts characters
+_STATE_BYTES, _ROW_BYTES = 320, 2_400  # a state's key and index entry; a row of 256 ints
 _NOTHING = ((-1, 0),)  # the start state of an empty set of lexemes: it reads nothing
 
 
@@ -135,6 +136,14 @@ class Lexer:
         # a counted lexeme's states run as deep as its bound: slice checks are cut short
         counted = any(isinstance(table[i].dfa, CountedDFA) for i in self._with_bytes)
         self._admits_cap = COUNTED_ADMITS_PAIRS if counted else None
+
+    @property
+    def nbytes(self) -> int:
+        """The memory held (an estimate): its tables, and per state its key and the row it
+        read, if any."""
+        rows = len(self._rows) - self._rows.count(None)
+        arrays = self._rows_table.nbytes + self.tag.nbytes + self.can_end.nbytes
+        return arrays + len(self._combos) * _STATE_BYTES + rows * _ROW_BYTES
 
     @property
     def n_states(self) -> int:

@@ -11,10 +11,12 @@ The engine is chosen per automaton (see `constrain.engine.engines`).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import numpy as np
 
+from constrain.engine.cache import BoundedCache
 from constrain.engine.engines import resolve_engine
 from constrain.engine.grammar.ir import Lexeme
 from constrain.engine.grammar.keywords import word_continuations
@@ -33,9 +35,15 @@ from constrain.engine.vocab import TokenTrie
 from constrain.errors import GrammarError
 from constrain.fuel import burn
 
-__all__ = ["NativeLexer", "make_lexer"]
+__all__ = ["ROW_CACHE_BYTES", "NativeLexer", "make_lexer"]
 
 _FOUND_PER_UNIT = 16  # tokens and lexeme ends a C++ trie walk finds per unit of fuel burnt
+# Python copies of the native lexer's rows kept per lexer (each 1 KB of int32, read again from
+# C++ once dropped); their live bytes and the tags' sets and ends get a quarter as much each
+ROW_CACHE_BYTES = 8 * 2**20
+_ROWS_KEPT = 2**16  # entries of each of those caches
+# a row held: its 256 int32, the array object, and the capsule and vector owning the data
+_ROW_BYTES = 1024 + 112 + 160
 
 
 def make_lexer(table: Sequence[Lexeme], engine: str | None = None) -> ByteLexer:
@@ -84,10 +92,13 @@ class NativeLexer:
         counted = any(isinstance(lx.dfa, CountedDFA) for lx in self._table if lx.special is None)
         # pairs a slice check may visit (0: no limit), as `Lexer` cuts them
         self.admits_cap = COUNTED_ADMITS_PAIRS if counted else 0
-        self._rows: list[list[int] | None] = []
-        self._live: dict[int, tuple[int, ...]] = {}
-        self._tag_sets: dict[int, frozenset[int]] = {}
-        self._ends: dict[int, np.ndarray] = {}
+        # copies of what C++ answers, per state or tag, bounded in bytes (states are up to
+        # MAX_LEXER_STATES: unbounded copies would be hundreds of megabytes)
+        rows, other = ROW_CACHE_BYTES, ROW_CACHE_BYTES // 4
+        self._rows = BoundedCache(_ROWS_KEPT, max_bytes=rows, size=_row_bytes)
+        self._live = BoundedCache(_ROWS_KEPT, max_bytes=other, size=sys.getsizeof)
+        self._tag_sets = BoundedCache(_ROWS_KEPT, max_bytes=other, size=sys.getsizeof)
+        self._ends = BoundedCache(_ROWS_KEPT, max_bytes=other, size=sys.getsizeof)
 
     def call(self, fn, *args):
         """`fn(*args)`, with the lexer's state budget reported as Python's lexer reports it."""
@@ -110,6 +121,12 @@ class NativeLexer:
         return self._lexer.n_states
 
     @property
+    def nbytes(self) -> int:
+        """Bytes it holds: the C++ lexer's heap and the Python copies of its rows and tags."""
+        caches = (self._rows, self._live, self._tag_sets, self._ends)
+        return self._lexer.nbytes + sum(cache.bytes for cache in caches)
+
+    @property
     def native(self):
         """The C++ lexer (`constrain.engine.native.Lexer`), for native code that drives it."""
         return self._lexer
@@ -117,26 +134,29 @@ class NativeLexer:
     def start_of(self, lexemes: frozenset[int]) -> int:
         return self.call(self._lexer.start_of, sorted(lexemes))
 
-    def row(self, state: int) -> list[int]:
-        rows = self._rows
-        if state < len(rows):
-            found = rows[state]
-            if found is not None:
-                return found
-        else:
-            rows.extend([None] * (state + 1 - len(rows)))
-        burn(4)  # the active fuel: a row read (and computed on first use) in C++
-        found = rows[state] = self.call(self._lexer.row, state)
+    def _row(self, state: int) -> np.ndarray:
+        """The next state at each byte (int32, read-only: kept as 1 KB, a list takes 2-10 KB)."""
+        found = self._rows.get(state)
+        if found is None:
+            burn(4)  # the active fuel: a row read (and computed on first use) in C++
+            found = self.call(self._lexer.row, state)
+            found.flags.writeable = False
+            self._rows[state] = found
         return found
 
+    def row(self, state: int) -> list[int]:
+        return self._row(state).tolist()
+
     def rows(self, states: np.ndarray) -> np.ndarray:
-        return np.array([self.row(int(s)) for s in states], dtype=np.int32).reshape(-1, 256)
+        if not len(states):
+            return np.zeros((0, 256), dtype=np.int32)
+        return np.stack([self._row(int(s)) for s in states])
 
     def live_bytes(self, state: int) -> tuple[int, ...]:
         found = self._live.get(state)
         if found is None:
-            row = self.row(state)
-            found = self._live[state] = tuple(b for b in range(256) if row[b])
+            found = tuple(np.flatnonzero(self._row(state)).tolist())
+            self._live[state] = found
         return found
 
     def key(self, state: int) -> tuple:
@@ -148,13 +168,15 @@ class NativeLexer:
     def tag_set(self, tag: int) -> frozenset[int]:
         found = self._tag_sets.get(tag)
         if found is None:
-            found = self._tag_sets[tag] = frozenset(self._lexer.tag_set(tag))
+            found = frozenset(self._lexer.tag_set(tag))
+            self._tag_sets[tag] = found
         return found
 
     def ends_before(self, tag: int) -> np.ndarray:
         found = self._ends.get(tag)
         if found is None:
-            found = self._ends[tag] = self._lexer.ends_before(tag).astype(bool)
+            found = self._lexer.ends_before(tag).astype(bool)
+            self._ends[tag] = found
         return found
 
     def walk(self, trie: TokenTrie, state: int, starts: np.ndarray, end_at_start: bool) -> Piece:
@@ -176,3 +198,8 @@ class NativeLexer:
 
     def __repr__(self) -> str:
         return f"NativeLexer(lexemes={len(self._table)}, states={self.n_states})"
+
+
+def _row_bytes(row: np.ndarray) -> int:
+    """What a row `NativeLexer` keeps holds (its data is owned by the native vector)."""
+    return _ROW_BYTES

@@ -99,6 +99,12 @@ class NativeChart:
     def n_nodes(self) -> int:
         return self.core.n_nodes
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the parser holds: its rules, its index and every node of its alive, interned or
+        held by states (the lexer's are `NativeLexer.nbytes`)."""
+        return self.core.nbytes
+
     def scan(self, node, lexemes: frozenset[int]):
         return self.metered(self.core.scan, node, list(lexemes))
 
@@ -136,6 +142,10 @@ class NativeChart:
         """An empty cache of mask pieces, for one trie."""
         return self.native.PieceCache(max_entries, max_bytes)
 
+    def piece_cache_nbytes(self, pieces) -> int:
+        """Bytes `pieces` (from `piece_cache`) holds, read under the grammar's lock."""
+        return self.core.pieces_nbytes(pieces)
+
     def tokens(self, state: tuple, trie: TokenTrie, pieces) -> np.ndarray:
         """`CFGAutomaton.token_ids` in one native call (`pieces` from `piece_cache`)."""
         node, s = state
@@ -172,6 +182,12 @@ class NativeMasks:
         """Bytes the trie walks kept hold (bounded by `max_pieces`)."""
         return self._filler.piece_bytes
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes its memos (slices decided per lexer state, ...) and kept walks hold (not the
+        grammar's, which `CFGAutomaton.nbytes` counts, nor the vocabulary's)."""
+        return self._filler.nbytes
+
 
 class NativeSteps:
     """A grammar read token by token over one vocabulary (`native.TokenSteps`): what
@@ -181,6 +197,11 @@ class NativeSteps:
     def __init__(self, chart: NativeChart, texts, specials: list[tuple[int, int]], eos: list[int]):
         self._chart = chart
         self._steps = chart.native.TokenSteps(chart.core, texts, specials, eos)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes it holds of its own (it caches nothing per state: the grammar does)."""
+        return self._steps.nbytes
 
     def step(self, state: tuple, token: int) -> tuple | None:
         return self._call(self._steps.step, state, token)

@@ -28,6 +28,7 @@ from constrain.engine.regex.minimize import minimize
 from constrain.engine.regex.nfa import NFA
 from constrain.engine.regex.subsets import determinize
 from constrain.errors import RegexError
+from constrain.fuel import looking_in
 
 # compiled regexes by (pattern, max_states, max_memory, dialect, encoding), with the work
 # their compilation took (a `max_work` below it refuses them cached too, so a cap answers the
@@ -101,8 +102,9 @@ compile_regex.cache_clear = _clear_compiled  # type: ignore[attr-defined]  (as l
 
 def _compile(pattern: str, limits: CompileLimits, dialect: str, encoding: str) -> ByteDFA:
     """The pipeline of `compile_regex`, every stage within `limits`."""
-    limits.check(work=len(pattern) * PARSE_STEPS_PER_CHAR)  # the parser burns nothing itself
-    tree, lookaheads = parse(pattern, ecma=dialect == "ecma")
+    limits.check(work=len(pattern) * PARSE_STEPS_PER_CHAR)  # the parser burns nothing itself,
+    with looking_in():  # so the fuel looks in on it (it gives way, and stops when cancelled)
+        tree, lookaheads = parse(pattern, ecma=dialect == "ecma")
     nfa = NFA(pattern, limits, lookaheads=lookaheads)
     start = nfa.new()
     final = nfa.build(tree, start)

@@ -136,6 +136,19 @@ def dfa_from_byte_classes(classes: Sequence[Iterable[int]], pattern: str) -> Byt
     return ByteDFA.from_classes(trans, byte_class, accepting, 1, pattern)
 
 
+def _chain(data: bytes) -> ByteDFA:
+    """The DFA of the one string `data`: a chain of states, built in a few array passes."""
+    burn(NUMPY_STEPS // STEPS_PER_UNIT + len(data) // 16)
+    text = np.frombuffer(data, dtype=np.uint8)
+    byte_class, width = _class_per_byte(np.unique(text).tolist())
+    n = len(data)
+    trans = np.zeros((n + 2, width), dtype=np.int32)
+    trans[np.arange(1, n + 1), byte_class[text]] = np.arange(2, n + 2, dtype=np.int32)
+    accepting = np.zeros(n + 2, dtype=bool)
+    accepting[n + 1] = True
+    return ByteDFA.from_classes(trans, byte_class, accepting, 1, repr(data))
+
+
 def _class_per_byte(used) -> tuple[np.ndarray, int]:
     """(the class of each byte: one per byte of `used`, class 0 for all the others; how many
     classes)."""
@@ -153,10 +166,11 @@ def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
     """
     items = sorted({s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in strings})
     if len(items) == 1:  # one string (a property name, say): its chain is minimal
-        return dfa_from_byte_classes([(b,) for b in items[0]], repr(items[0]))
+        return _chain(items[0])
     rows: list[dict[int, int]] = [{}]
     accepting = [False]
     for data in items:
+        burn(1 + len(data) // 4)  # the active fuel: the string's nodes (more below)
         state = 0
         for b in data:
             nxt = rows[state].get(b)
@@ -170,6 +184,8 @@ def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
     canonical = [0] * len(rows)
     registry: dict[tuple, int] = {}
     for state in range(len(rows) - 1, -1, -1):  # children are created after their parents
+        if not state & 1023:
+            burn(1024)
         key = (accepting[state], tuple((b, canonical[t]) for b, t in sorted(rows[state].items())))
         canonical[state] = registry.setdefault(key, state)
     # renumber the canonical states: dead 0, start 1, then in creation order
@@ -179,7 +195,9 @@ def dfa_from_strings(strings: Iterable[bytes | str]) -> ByteDFA:
     column = classes.tolist()
     trans = np.zeros((len(kept) + 1, width), dtype=np.int32)
     acc = np.zeros(len(kept) + 1, dtype=bool)
-    for old in kept:
+    for i, old in enumerate(kept):
+        if not i & 1023:
+            burn(512)
         for b, t in rows[old].items():
             trans[number[old], column[b]] = number[canonical[t]]
         acc[number[old]] = accepting[old]

@@ -31,6 +31,7 @@ __all__ = ["CompletionLengths", "CountedDFA", "walk_spec"]
 _QUOTE = 0x22
 _OUTSIDE = -1  # the character state of a string not yet opened, or closed
 MAX_LENGTH_CELLS = 1 << 24  # (lengths tracked) x (boundary states): the table's bound
+_BUILT_STATE_BYTES = 256  # a state built on first read: its key, rows and ids (an estimate)
 
 
 def _canonical(walk: ByteDFA | EscapedDFA) -> ByteDFA:
@@ -136,6 +137,12 @@ class CompletionLengths:
             self.first, self.period = len(rows), 0
         self.lengths = np.stack(rows)  # (lengths, boundaries)
 
+    @property
+    def nbytes(self) -> int:
+        """The memory held: the table and the lengths read per boundary (the native core's
+        copy is counted by its lexer)."""
+        return self.lengths.nbytes + sum(64 + row.nbytes for row in list(self._of.values()))
+
     def next_length(self, boundary: int, at_least: int) -> int | None:
         """The fewest characters, at least `at_least`, that `boundary` can read and close."""
         i = self.index[boundary]
@@ -213,6 +220,13 @@ class CountedDFA(ByteWalk):
     @property
     def n_states(self) -> int:
         return len(self._keys)
+
+    @property
+    def nbytes(self) -> int:
+        """The memory held: its parts' and the length table's, and an estimate for each state
+        built so far."""
+        parts = self.strings.nbytes + self.char.nbytes + self.lengths.nbytes
+        return parts + _BUILT_STATE_BYTES * len(self._keys)
 
     def is_empty(self) -> bool:
         return self.start == DEAD

@@ -44,6 +44,7 @@ REQUIRED_ESCAPES = [
     for cp in [*range(0x20), 0x22, 0x5C]
 ]
 _PAYLOAD = {1: 0x1F, 2: 0x0F, 3: 0x07}  # the payload bits of a lead byte
+_BUILT_STATE_BYTES = 256  # a state built on first read: its key, edges and rows (an estimate)
 _HEX = [(ord(str(d)),) for d in range(10)] + [
     (ord(c), ord(c.upper())) for c in "abcdef"
 ]  # the bytes of each hex digit (letters in either case)
@@ -180,6 +181,11 @@ class EscapedDFA(ByteWalk):
     def n_states(self) -> int:
         """The states built so far (the base's and the subtree states reached)."""
         return self._n + len(self._edges)
+
+    @property
+    def nbytes(self) -> int:
+        """The memory held: the base DFA's, and an estimate for each state built since."""
+        return self.base.nbytes + _BUILT_STATE_BYTES * (len(self._edges) + len(self._base_rows))
 
     def is_empty(self) -> bool:
         return self.base.is_empty()
