@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import random
 import re
 import signal
 import statistics
@@ -444,6 +445,77 @@ def test_metrics_report_what_the_caches_hold(server):
     held = float(values["constrain_compiled_constraints_bytes"])
     assert 0 < held <= float(values["constrain_compiled_constraints_max_bytes"])
     assert float(values["constrain_resident_memory_bytes"]) == pytest.approx(rss(pid), rel=0.2)
+
+
+HOSTILE = [
+    dict(grammar=doubling_rules("gbnf", 30)),
+    dict(grammar='root ::= "x" <|im_start|> "y"'),
+    dict(regex="(" * 300 + "a" + ")" * 300),
+    dict(regex="q" * (300 * 2**10)),
+    dict(choices=["z" * 100_000, "w" * 100_000]),
+    dict(response_format=schema_format(
+        {"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True, "minItems": 5})),
+    dict(response_format=schema_format({"type": "string", "minLength": 50_000})),
+    dict(grammar=DOUBLING.replace('"ab"', '"mix"')),
+    dict(response_format=schema_format({"type": "object"}),
+         structured_outputs={"whitespace_pattern": "[a-z ]*"}),
+]  # fmt: skip
+VALID_SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+     "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"]},
+    {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "uniqueItems": True,
+     "minItems": 1, "maxItems": 3},
+    {"type": "array", "items": {"type": "boolean"}, "uniqueItems": True, "minItems": 2},
+    {"enum": ["yes", "no", "maybe"]},
+]  # fmt: skip
+
+
+def _valid_request(rng: random.Random) -> tuple[dict, object]:
+    """A valid request with random sampling settings, and the oracle of its answer."""
+    settings = dict(temperature=rng.choice([0.0, 0.7, 1.0, 1.5]), seed=rng.randrange(2**31),
+                    max_tokens=rng.choice([8, 24, 48]))  # fmt: skip
+    if rng.random() < 0.5:
+        settings["top_p"] = rng.choice([0.1, 0.5, 0.9])
+    if rng.random() < 0.3:
+        settings["top_k"] = rng.choice([1, 5, 40])
+    kind = rng.choice(["schema", "regex", "choices"])
+    if kind == "schema":
+        schema = rng.choice(VALID_SCHEMAS)
+        return {**settings, "response_format": schema_format(schema)}, (
+            lambda text: Draft202012Validator(schema).is_valid(json.loads(text)))
+    if kind == "regex":
+        pattern = rng.choice([r"[a-z]{2,8}", r"\d{3}-\d{4}", r"(yes|no)( please)?"])
+        return {**settings, "regex": pattern}, (lambda text: bool(re.fullmatch(pattern, text)))
+    options = ["alpha", "beta", "gamma delta"]
+    return {**settings, "choices": options}, (lambda text: text in options)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_hostile_requests_among_valid_ones_hurt_none_of_them(server, seed):
+    """Several clients send valid requests (random schemas, regexes, choices and sampling
+    settings) with hostile ones mixed in: every valid request succeeds and its finished
+    answer holds; every hostile one is refused naming its field, or answered, never a 500."""
+    rng = random.Random(seed)
+    jobs = [(True, *_valid_request(rng)) for _ in range(10)]
+    jobs += [(False, rng.choice(HOSTILE), None) for _ in range(4)]
+    rng.shuffle(jobs)
+    url, _, _ = server
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda job: chat(url, 120, **job[1]), jobs))
+    for (valid, fields, oracle), response in zip(jobs, answers):
+        if valid:
+            assert response.status_code == 200, (fields, response.text)
+            choice = response.json()["choices"][0]
+            if choice["finish_reason"] == "stop":
+                assert oracle(choice["message"]["content"]), (fields, choice)
+            else:
+                assert choice["finish_reason"] == "length", choice
+        else:
+            assert response.status_code < 500, (fields, response.text)
+            if response.status_code != 200:
+                error = response.json()["error"]
+                assert not EXCEPTION_NAME.search(error["message"]), error
+                assert error["param"] or error["code"] in ("too_many_compiles",), error
 
 
 def test_sigterm_ends_the_server_within_seconds_while_it_works(server):
