@@ -6,11 +6,16 @@ inputs the repository ships: the example schemas and the JSONSchemaBench schemas
 (``../shared/data/jsonschemabench``, round-robin over the subsets), the grammar library and
 lark's python.lark, and the regex benchmark's patterns. Per stage it reports the units, the CPU
 seconds (this thread's: the machine's other load does not count) and units per µs (p1 / p50 /
-p99 / max), then the default budget it proposes: the units that cover 99.9% of the schema
+p99 / max) and the longest stretch between two looks of the fuel at its clock (a look every
+1,024 units: where a server's preparation gives way to decoding and sees a cancellation),
+then the default budget it proposes: the units that cover 99.9% of the schema
 requests (compile and first mask), times 10.
 
 Stages:
 
+* hostile: the inputs of the hostile-request suite that once escaped the fuel (megabyte
+  literals, rules that double, long alternations, nested counted repeats, ...), each prepared
+  as a server prepares a request (compiled, its shortest completion planned, its first mask);
 * regex: `compile_regex`, its cache cleared first;
 * schema: `Grammar.from_json_schema` (the compile-regex cache cleared first, the other caches
   as a server has them), then schema mask: the first mask of a fresh `Constraint`;
@@ -48,12 +53,35 @@ from constrain.fuel import Fuel
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 BIG = 10**12
 MARGIN = 10  # the proposed budget: this many times the 99.9th percentile
-STAGES = ("regex", "schema", "schema mask", "lark load", "lark", "lark mask")
+STAGES = ("hostile", "regex", "schema", "schema mask", "lark load", "lark", "lark mask")
+MB = 1_000_000
+HOSTILE = {  # name -> ConstraintSpec arguments (bench/hostile.py sends them to a server)
+    "GBNF literal of 1 MB": dict(grammar='root ::= "' + "a" * MB + '"'),
+    "GBNF rules doubling 40 times": dict(grammar="\n".join(
+        ["root ::= a40", 'a0 ::= "ab"'] + [f"a{i} ::= a{i - 1} a{i - 1}" for i in range(1, 41)])),
+    "Lark rules doubling 40 times": dict(grammar="\n".join(
+        ["start: a40", 'a0: "ab"'] + [f"a{i}: a{i - 1} a{i - 1}" for i in range(1, 41)])),
+    "choice of 1 MB": dict(choices=["a" * MB]),
+    "regex literal of 200 kB": dict(regex="ab" * 100_000),
+    "schema const of 1 MB": dict(schema={"const": "a" * MB}),
+    "regex alternation of 20,000 words": dict(regex="|".join(f"w{i}x" for i in range(20_000))),
+    "nested counted repeats": dict(regex="((((a{1,20}){1,20}){1,20}){1,20})"),
+    "GBNF of 8,000 rules": dict(grammar="root ::= r0\n" + "".join(
+        f'r{i} ::= "x{i}" | r{i + 1}\n' for i in range(8_000)) + 'r8000 ::= "end"\n'),
+    "minLength 1e5": dict(schema={"type": "string", "minLength": 100_000, "maxLength": MB}),
+}  # fmt: skip
 
 
 def measure(stage: str, name: str, build) -> tuple[dict, object]:
-    """One record: `build()` run under a big fuel, its units and CPU seconds (or its error)."""
-    fuel = Fuel(BIG)
+    """One record: `build()` run under a big fuel, its units, CPU seconds, the longest
+    stretch between the fuel's looks at its clock (or its error)."""
+    looked = [time.perf_counter(), 0.0]  # the last look, the longest stretch
+
+    def look():
+        now = time.perf_counter()
+        looked[:] = now, max(looked[1], now - looked[0])
+
+    fuel = Fuel(BIG, pause=look)
     t0 = time.thread_time()
     try:
         with fuel.active(), warnings.catch_warnings():
@@ -63,7 +91,9 @@ def measure(stage: str, name: str, build) -> tuple[dict, object]:
     except cn.ConstrainError as exc:
         value, error = None, f"{type(exc).__name__}: {str(exc)[:120]}"
     seconds = time.thread_time() - t0
-    record = {"stage": stage, "name": name, "units": fuel.used, "seconds": seconds}
+    look()
+    record = {"stage": stage, "name": name, "units": fuel.used, "seconds": seconds,
+              "stretch": looked[1]}  # fmt: skip
     if error:
         record["error"] = error
     return record, value
@@ -96,10 +126,23 @@ def first_mask(grammar: cn.Grammar, vocab: cn.Vocabulary):
     return cn.Constraint(grammar, vocab).start().mask()
 
 
+def prepared(spec: cn.ConstraintSpec, vocab: cn.Vocabulary):
+    """What a server prepares: the compiled constraint, its shortest completion and first
+    mask under a token budget."""
+    constraint = cn.Constraint(spec.compile_grammar(), vocab)
+    constraint.shortest_tokens()
+    return constraint.start(64).mask()
+
+
 def run(args) -> list[dict]:
     vocab = load_vocab(args.tokenizer) if args.tokenizer != "none" else None
     records: list[dict] = []
     cn.Grammar.from_lark('start: "a"')  # lark's one-time work (its own parser), as a server's
+    if vocab is not None:
+        for name, arguments in HOSTILE.items():
+            compile_regex.cache_clear()
+            spec = cn.ConstraintSpec(**arguments)
+            records.append(measure("hostile", name, partial(prepared, spec, vocab))[0])
     for name, pattern in REGEXES:
         compile_regex.cache_clear()
         records.append(measure("regex", name, partial(compile_regex, pattern))[0])
@@ -149,8 +192,9 @@ def markdown(records: list[dict], settings: str) -> str:
         settings,
         "",
         "| stage | n | errors | units p50 | units p99 | units max | CPU ms p50 | CPU ms p99 "
-        "| CPU ms max | units/µs p1 | units/µs p50 | units/µs p99 | units/µs max |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| CPU ms max | units/µs p1 | units/µs p50 | units/µs p99 | units/µs max "
+        "| longest stretch between looks, ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for stage in STAGES:
         rows = [r for r in records if r["stage"] == stage]
@@ -167,7 +211,7 @@ def markdown(records: list[dict], settings: str) -> str:
             + " ".join(f"| {fmt(percentile(ms, q), 1)}" for q in (50, 99, 100))
             + " "
             + " ".join(f"| {fmt(percentile(rate, q), 2)}" for q in (1, 50, 99, 100))
-            + " |"
+            + f" | {fmt(max(r['stretch'] for r in rows) * 1e3, 0)} |"
         )
     n, covered, budget = proposed_budget(records)
     slowest = sorted(
@@ -187,7 +231,17 @@ def markdown(records: list[dict], settings: str) -> str:
         )
         + ".",
     ]
-    errors = [r for r in records if "error" in r]
+    hostile = [r for r in records if r["stage"] == "hostile"]
+    if hostile:
+        lines += ["", "Hostile inputs, each prepared as a server prepares a request:", "",
+                  "| input | units | CPU ms | units/µs | longest stretch between looks, ms "
+                  "| outcome |", "|---|---:|---:|---:|---:|---|"]  # fmt: skip
+        for r in hostile:
+            rate = r["units"] / (r["seconds"] * 1e6) if r["seconds"] > 0 else 0
+            lines.append(f"| {r['name']} | {fmt(r['units'], 0)} | {fmt(r['seconds'] * 1e3, 0)} "
+                         f"| {fmt(rate, 2)} | {fmt(r['stretch'] * 1e3, 0)} "
+                         f"| {r.get('error', 'prepared')} |")  # fmt: skip
+    errors = [r for r in records if "error" in r and r["stage"] != "hostile"]
     if errors:
         kinds: dict[str, int] = {}
         for r in errors:
@@ -215,7 +269,8 @@ def main(argv: list[str] | None = None) -> None:
         f"Inputs: {sum(r['stage'] == 'schema' for r in records)} schemas (the example schemas, "
         f"then JSONSchemaBench round-robin, {args.limit or 'all'} per subset), "
         f"{sum(r['stage'] == 'lark' for r in records)} Lark grammars, "
-        f"{sum(r['stage'] == 'regex' for r in records)} regexes; masks over "
+        f"{sum(r['stage'] == 'regex' for r in records)} regexes, "
+        f"{sum(r['stage'] == 'hostile' for r in records)} hostile inputs; masks over "
         f"{args.tokenizer}. CPU time of the compiling thread (`time.thread_time`)."
     )
     table = markdown(records, settings)

@@ -66,11 +66,13 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     "contains / minContains / maxContains": ("exact", "items split into matching / not "
                                              "matching, counted in the grammar"),
     "unevaluatedItems": ("partial", "as unevaluatedProperties; `contains` annotations ignored"),
-    "uniqueItems": ("exact", "not context-free, so checked on the text beside the grammar: "
-                    "a token completing a repeated item (compared as JSON values) is refused; "
-                    "enforced where any `anyOf` branch asks for it; `not` of it is a check "
-                    "site; no lookahead: dead ends are backtracked by `generate` "
-                    "(`backtracks=`)"),
+    "uniqueItems": ("exact", "items of at most 10 distinct scalar values: in the grammar "
+                    "(each value written at most once, in any order; fewer values than "
+                    "`minItems`: refused at compile); otherwise not context-free, so checked "
+                    "on the text beside the grammar: a token completing a repeated item "
+                    "(compared as JSON values) is refused; enforced where any `anyOf` branch "
+                    "asks for it; `not` of it is a check site; no lookahead: dead ends are "
+                    "backtracked by `generate` (`backtracks=`)"),
     "minLength / maxLength": ("exact", "code points; escapes count as one character; long "
                               "bounds counted in the grammar in 32-character chunks, and "
                               "beside a large pattern in a lexeme built as it is read"),
