@@ -3,9 +3,11 @@ serve`, sent to a child server with its default limits, with what it got and wha
 
 Per attack: the answer's status and code, how long it took, the latency of a probe request
 (4 tokens) sent while it ran as a ratio to the probe's idle latency, the server's resident
-memory growth, and what /health said meanwhile. The attacks are those of issue 34: runaway
+memory growth, and what /health said meanwhile. The attacks are those of issue 34 (runaway
 compile work, sizes beyond the limits, text that tries to become control, input that used to
-pass as success or crash.
+pass as success or crash) and of issue 56 (one request's failure, megabyte literals, rules
+that double, refusals made by the clock, languages empty only at generation, deep regexes,
+bodies past the limit), and the last rows send the same inputs idle and under load.
 
 Run: ``python bench/hostile.py [--out results.json] [--markdown docs/benchmarks/hostile.md]``.
 """
@@ -142,26 +144,44 @@ def measure(url: str, pid: int, name: str, attack, idle: float) -> dict:
         probed = probe(url) if not answer.done() else None
         peak = max(peak, rss(pid))
         response, took = answer.result()
-    error = response.json().get("error") if response.status_code != 200 else None
+    body = response.json()
+    error = body.get("error") if response.status_code != 200 else None
+    finish = f"finish {body['choices'][0]['finish_reason']}" if error is None else ""
     return {
         "attack": name, "status": response.status_code,
-        "code": (error or {}).get("code") or (error or {}).get("param") or "",
+        "code": (error or {}).get("code") or (error or {}).get("param") or finish,
         "seconds": took, "probe_ratio": None if probed is None else probed / idle,
         "rss_growth_mb": (max(peak, rss(pid)) - before) / 2**20,
         "health": f"{health['status']}, preparing {health['preparing']}",
     }  # fmt: skip
 
 
-def same_answer_idle_and_loaded(url: str) -> dict:
-    """`[a-z]{1,5500}` idle, `[A-Z]{1,5500}` (the same work) while three requests decode."""
-    idle = post(url, {"regex": "[a-z]{1,5500}"}).status_code
-    with concurrent.futures.ThreadPoolExecutor(3) as pool:
-        load = [pool.submit(post, url, {"max_tokens": 24}) for _ in range(3)]
-        loaded = post(url, {"regex": "[A-Z]{1,5500}"}).status_code
-        concurrent.futures.wait(load)
-    return {"attack": "regex [a-z]{1,5500} idle / loaded", "status": f"{idle} / {loaded}",
-            "code": "same" if idle == loaded else "DIFFERENT", "seconds": None,
-            "probe_ratio": None, "rss_growth_mb": None, "health": ""}  # fmt: skip
+_EDGES = {  # inputs whose refusal was once made by the clock; {} is a letter that makes them new
+    "regex [a-z]{1,5500}": lambda c: {"regex": f"[{c}-z]{{1,5500}}"},
+    "alternation of 20,000 words": lambda c: {"regex": "|".join(f"{c}{i}x" for i in range(20_000))},
+    "nested counted repeats": lambda c: {"regex": f"(((({c}{{1,20}}){{1,20}}){{1,20}}){{1,20}})"},
+    "catastrophic whitespace_pattern": lambda c: {
+        **schema({"type": "object", "properties": {c: {}}}),
+        "structured_outputs": {"whitespace_pattern": "( *)*( *)*( *)*$"}},
+    "GBNF of 8,000 rules": lambda c: {"grammar": "root ::= r0\n" + "".join(
+        f'r{i} ::= "{c}{i}" | r{i + 1}\n' for i in range(8_000)) + 'r8000 ::= "end"\n'},
+}  # fmt: skip
+
+
+def same_answer_idle_and_loaded(url: str) -> list[dict]:
+    """Each input of `_EDGES` idle, and a variant (the same work, new to the caches) while
+    three requests decode."""
+    records = []
+    for name, make in _EDGES.items():
+        idle = post(url, make("a")).status_code
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            load = [pool.submit(post, url, {"max_tokens": 24}) for _ in range(3)]
+            loaded = post(url, make("b")).status_code
+            concurrent.futures.wait(load)
+        records.append({"attack": f"{name}, idle / loaded", "status": f"{idle} / {loaded}",
+                        "code": "same" if idle == loaded else "DIFFERENT", "seconds": None,
+                        "probe_ratio": None, "rss_growth_mb": None, "health": ""})  # fmt: skip
+    return records
 
 
 def table(records: list[dict], idle: float, start_mb: float, end_mb: float) -> str:
@@ -195,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         for name, attack in ATTACKS.items():
             records.append(measure(url, pid, name, attack, idle))
             print(json.dumps(records[-1]), file=sys.stderr, flush=True)
-        records.append(same_answer_idle_and_loaded(url))
+        records += same_answer_idle_and_loaded(url)
         end = rss(pid)
     emit(records, table(records, idle, start / 2**20, end / 2**20), args, "bench/hostile.py", argv)
 
