@@ -171,8 +171,13 @@ class Readout:
         return text
 
     def _call_deltas(self, s: Generation, final: bool) -> list[CallDelta]:
+        """What the calls added. A call whose body follows another is held back until that
+        body is finished: the answer drops a body that repeats an earlier one (the same work
+        again), and a streamed call must be one the whole answer has."""
         out = []
-        for k, (name, raw) in enumerate(self._read_calls(s, final)):
+        for k, (name, raw, held) in enumerate(self._read_calls(s, final)):
+            if held:
+                break
             if k == len(self.calls):
                 if name is None and not final:
                     break  # announced once its name is complete
@@ -190,15 +195,16 @@ class Readout:
                 out.append(delta)
         return out
 
-    def _read_calls(self, s: Generation, final: bool) -> list[tuple[str | None, Any]]:
+    def _read_calls(self, s: Generation, final: bool) -> list[tuple[str | None, Any, bool]]:
         """Each call so far: (its name, None until complete; `PartialJSON.raw` of its
-        arguments)."""
+        arguments; whether it is held back: a body after the first, not finished yet)."""
         plan = self.answer.plan.calls
         if plan is None:
             return []
         fmt = plan.format
         calls = []
         for k, (start, end, done) in enumerate(self.answer.bodies(s)):
+            held = k > 0 and not (done or final)
             body = self._body(k, s, start, end, done or final)
             value = body.value()
             if fmt.list_body:
@@ -209,10 +215,11 @@ class Readout:
             for item, path in zip(items, paths):
                 if not isinstance(item, dict):
                     if final:  # cut before the call object began
-                        calls.append((None, None))
+                        calls.append((None, None, False))
                     continue
                 name = item.get(fmt.name_key)
-                calls.append((name if isinstance(name, str) else None, body.raw((*path, fmt.args_key))))
+                raw = body.raw((*path, fmt.args_key))
+                calls.append((name if isinstance(name, str) else None, raw, held))
         return calls
 
     def _body(self, k: int, s: Generation, start: int, end: int, ended: bool) -> PartialJSON:
@@ -246,7 +253,7 @@ class Readout:
         raws = self._read_calls(s, final=True)
         calls = [
             ToolCall(call.id, call.name or "", raw[0] if raw is not None else "")
-            for call, (_, raw) in zip(self.calls, raws)
+            for call, (_, raw, _) in zip(self.calls, raws)
         ]
         logprobs = [
             lp for k, lp in enumerate(s.token_logprobs())
