@@ -11,6 +11,7 @@ decoding loop (`constrain.decoding`), whatever the sampler, speculation or batch
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import time
@@ -113,8 +114,10 @@ class Generator:
             raise ConfigError("streaming needs a token sampler ('awrs', 'lcd'), not SMC or ASAp")
         return TextStream(self, prompt, seed)
 
-    def start(self, prompts: Sequence[Prompt], seed: int | None = None) -> Run:
-        """The generations of `prompts`, prefilled and ready to step."""
+    def start(self, prompts: Sequence[Prompt], seed: int | None = None, *,
+              prefill: bool = True) -> Run:  # fmt: skip
+        """The generations of `prompts`, prefilled and ready to step (with `prefill` False:
+        `Run.prefill` feeds the prompts, in chunks, before the first step)."""
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
             raise ConfigError(
                 f"prompts must be a list of prompts, got {type(prompts).__name__} (one prompt "
@@ -123,7 +126,8 @@ class Generator:
         if not self._budget_checked:
             self._budget_checked = True
             self._warn_if_nothing_fits()
-        return Run(self, prompts, seed if seed is not None else random.getrandbits(63))
+        seed = seed if seed is not None else random.getrandbits(63)
+        return Run(self, prompts, seed, prefill)
 
     def bound_stack(self, prompt: Prompt) -> BoundStack:
         """The processor stack bound to a generation for `prompt` (its encoded prompt too).
@@ -163,7 +167,10 @@ class Run:
     """One call's generations in flight: the sequences (SMC: N particles per prompt), the
     strategy that steps them, and the counters, from prefill to results."""
 
-    def __init__(self, generator: Generator, prompts: Sequence[Prompt], seed: int):
+    def __init__(self, generator: Generator, prompts: Sequence[Prompt], seed: int,
+                 prefill: bool = True):  # fmt: skip
+        """With `prefill` False the prompts are not fed yet: `prefill` feeds them in chunks,
+        and the run steps once it says none is left."""
         self.t_call = time.perf_counter()
         self.generator, self.seed, self.prompts = generator, seed, len(prompts)
         c = generator.config
@@ -176,17 +183,42 @@ class Run:
         budget = c.max_tokens if generator.fits_budget else None
         backtracks = c.backtracks if c.token_samples else 0
         self.sequences: list[decoding.Sequence] = []
+        self._copies = self.smc.particles - 1 if self.smc is not None else 0  # SMC's forks
+        self._unforked: list[decoding.Sequence] = []  # firsts whose forks wait for the prompt
         stacks = [generator.bound_stack(prompt) for prompt in prompts]  # all checked, then run
         for i, stack in enumerate(stacks):
             matcher = generator.constraint.start(budget)
             first = decoding.Sequence(
                 generator.model, stack, matcher, generator.constraint, backtracks=backtracks,
-                group=i,
+                group=i, prefill=prefill,
             )
-            copies = self.smc.particles - 1 if self.smc is not None else 0
-            self.sequences += [first] + [first.fork() for _ in range(copies)]
-        self.prefill_s = time.perf_counter() - self.t_call
+            self.sequences.append(first)
+            self._unforked.append(first)
+        if prefill:
+            self.prefill(None)
         self.decode_started = time.perf_counter()
+
+    def prefill(self, max_tokens: int | None) -> int:
+        """Feed at most `max_tokens` (None: all) of the prompts not fed yet, a sequence at a
+        time (a later sequence of the same prompt then finds it cached), and fork SMC's
+        particles from each sequence whose prompt is in; returns the prompt tokens left."""
+        budget = math.inf if max_tokens is None else max_tokens
+        left = 0
+        for first in list(self._unforked):
+            pending = first.prefill(0)
+            take = int(min(pending, budget))
+            if take:
+                first.prefill(take)
+                budget -= take
+            if pending - take:
+                left += pending - take
+                continue
+            self._unforked.remove(first)
+            at = self.sequences.index(first) + 1
+            self.sequences[at:at] = [first.fork() for _ in range(self._copies)]
+        if not left:
+            self.prefill_s = time.perf_counter() - self.t_call
+        return left
 
     def job(self) -> decoding.Job:
         """The run as a job of the decoding loop, its deadline starting now (a server adds it

@@ -230,6 +230,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         args.model, host=args.host, port=args.port, device=args.device, name=args.name,
         log_level=args.log_level,
         max_running=args.max_running, max_queue=args.max_queue, max_tokens=args.max_tokens,
+        prefill_chunk=args.prefill_chunk,
         timeout=args.timeout, tool_format=args.tool_format,
         api_key=args.api_key or os.environ.get("CONSTRAIN_API_KEY") or None,
         allowed_hosts=args.allowed_hosts, allowed_origins=args.allowed_origins, docs=args.docs,
@@ -314,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--device", default="auto")
     srv.add_argument("--max-running", type=int, default=16, help="requests batched together")
     srv.add_argument("--max-queue", type=int, default=64, help="requests waiting (then 429)")
+    srv.add_argument("--prefill-chunk", type=int, default=128, help="prompt tokens fed between "
+                     "two decoding steps (a long prompt delays others by one chunk)")  # fmt: skip
     srv.add_argument("--max-tokens", type=int, default=512, help="a request's default")
     srv.add_argument("--timeout", type=float, default=120.0, help="seconds per request, at most")
     srv.add_argument("--tool-format", default=None, help="hermes | llama3 | mistral (default: "

@@ -219,3 +219,21 @@ def test_a_failing_job_fails_alone_and_the_batch_goes_on(lm):
     broken.strategy.step = lambda sequences: (_ for _ in ()).throw(Broken("alone"))
     with pytest.raises(Broken, match="alone"):
         list(broken.steps())
+
+
+def test_a_run_prefilled_in_chunks_decodes_as_one_prefilled_at_once(tiny_model):
+    """`Generator.start(prefill=False)` then `Run.prefill` in chunks (what a server does with a
+    long prompt) gives the tokens of a run prefilled at once, SMC's particles included."""
+    for i, options in enumerate((dict(greedy=True), dict(sampler=cn.SMC(particles=3)))):
+        prompt = f"Write two short words ({i}), and then " * 6  # not in the prompt cache yet
+        generator = cn.Generator(tiny_model, max_tokens=8, regex=r"[a-z]{2,5} [a-z]{2,5}",
+                                 **options)  # fmt: skip
+        chunked = generator.start([prompt, prompt], seed=5, prefill=False)
+        left = [chunked.prefill(16) for _ in range(40)]
+        assert left[0] > 16 and left[-1] == 0 and sorted(left, reverse=True) == left
+        for _ in chunked.steps():
+            pass
+        whole = generator.start([prompt, prompt], seed=5)
+        for _ in whole.steps():
+            pass
+        assert [s.tokens for s in chunked.sequences] == [s.tokens for s in whole.sequences]

@@ -269,6 +269,27 @@ def test_prompts_sharing_a_prefix_reuse_its_cache(tiny_model):
     _assert_next(m, short, shared[:10])
 
 
+def test_a_prompt_fed_in_chunks_gives_the_same_distribution(tiny_model):
+    """A stream started without its prefill and fed in chunks (as a server interleaves a long
+    prompt with other requests' steps) reaches the full forward's distribution; a second
+    stream of the same prompt, fed after the first, takes the first's cache and feeds only
+    its last two tokens; asking (0) feeds nothing."""
+    m = tiny_model
+    prompt = list(range(400, 437))
+    s = m.start(prompt, prefill=False)
+    assert m.prefill(s, 0) == len(prompt)
+    left = [m.prefill(s, 10) for _ in range(4)]
+    assert left == [27, 17, 7, 0]
+    torch.testing.assert_close(m.logprobs([s])[0], _full_forward(m, prompt)[-1], atol=1e-4,
+                               rtol=1e-4)  # fmt: skip
+    twin = m.start(prompt, prefill=False)
+    assert m.prefill(twin, 0) == 2  # the cached prompt, cropped to be fed on
+    assert m.prefill(twin, 2) == 0
+    torch.testing.assert_close(m.logprobs([twin])[0], m.logprobs([s])[0], atol=1e-5, rtol=1e-5)
+    m.append(twin, 7)
+    _assert_next(m, twin, [*prompt, 7])
+
+
 def test_a_layer_subset_shares_weights_and_runs(tiny_model):
     """with_layers([0]) is the model without its second block; the original is unchanged."""
     import copy as _copy

@@ -518,6 +518,40 @@ def test_hostile_requests_among_valid_ones_hurt_none_of_them(server, seed):
                 assert error["param"] or error["code"] in ("too_many_compiles",), error
 
 
+def _stream_gaps(url: str) -> list[float]:
+    """Seconds between the streamed chunks of a 32-token greedy answer."""
+    body = {"messages": ASK, "max_tokens": 32, "temperature": 0, "stream": True}
+    gaps, last = [], None
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as r:
+        for line in r.iter_lines():
+            now = time.perf_counter()
+            if line.startswith("data:") and last is not None:
+                gaps.append(now - last)
+            last = now
+    return gaps
+
+
+def test_a_long_prompt_stops_no_other_client(server):
+    """A 4,000-token prompt is fed in chunks between the other requests' steps: a client
+    streaming meanwhile waits about one chunk between tokens (its whole prefill, 10-40 s on
+    this machine, before), and /health never says stalled."""
+    url, _, _ = server
+    long_prompt = " ".join(f"word{i}" for i in range(1000))
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        other = pool.submit(_stream_gaps, url)
+        time.sleep(0.5)
+        answer = pool.submit(chat, url, 300, max_tokens=2,
+                             messages=[{"role": "user", "content": long_prompt}])  # fmt: skip
+        healths = []
+        while not answer.done():
+            healths.append(httpx.get(f"{url}/health", timeout=10).json()["status"])
+            time.sleep(0.5)
+        gaps = other.result()
+        assert answer.result().json()["usage"]["prompt_tokens"] > 3_500
+    assert max(gaps) < 3.0, sorted(gaps)[-5:]
+    assert "stalled" not in healths, healths
+
+
 def test_sigterm_ends_the_server_within_seconds_while_it_works(server):
     """Last in this module: it ends the module's server, while a preparation runs."""
     url, pid, _ = server

@@ -3,8 +3,10 @@
 `constrain serve` runs as a child process on 127.0.0.1 (a free port) with the bundled model, as
 users run it; client threads here post structured requests (a JSON Schema, sampled with a seed per request) through the loopback.
 One run measures, side by side: concurrency 1, 4 and 16 with batching, and 16 with batching
-off (`max_running=1`: one request decoded at a time); then a soak of many structured requests
-at concurrency 16 whose resident memory is sampled as it goes. Every answer is validated with
+off (`max_running=1`: one request decoded at a time); then another client's inter-token times
+while a 4k-token prompt is prefilled, with its prompt fed whole and in chunks of a few sizes
+(`--prefill-chunk`); then a soak of many structured requests at concurrency 16 whose
+resident memory is sampled as it goes. Every answer is validated with
 `jsonschema`; request counts and times are bounded.
 
     python -m constrain.bench.serve [--requests 32] [--soak 200] [--markdown docs/benchmarks/serve.md]
@@ -131,6 +133,74 @@ def soak(url: str, total: int, max_tokens: int, every: int = 25) -> list[tuple]:
     return samples
 
 
+LONG_PROMPT = " ".join(f"word{i}" for i in range(1030))  # 4,070 tokens with the chat template
+CHUNKS = (100_000, 256, 128, 64)  # prefill chunk sizes compared (100,000: the prompt whole)
+
+
+def _stream_gaps(url: str, max_tokens: int = 40) -> list[float]:
+    """The seconds between the streamed chunks of one request (greedy, free text)."""
+    import httpx
+
+    body = {"messages": [{"role": "user", "content": "Count to twenty."}], "stream": True,
+            "max_tokens": max_tokens, "temperature": 0}  # fmt: skip
+    gaps, last = [], None
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as r:
+        for line in r.iter_lines():
+            now = time.perf_counter()
+            if line.startswith("data:") and last is not None:
+                gaps.append(now - last)
+            last = now
+    return gaps
+
+
+def long_prompt(model, chunk: int) -> dict:
+    """Another client's inter-token times, idle and while a 4k-token prompt is prefilled, on
+    a server feeding prompts in chunks of `chunk` tokens; and the long request's seconds."""
+    import httpx
+
+    from constrain.serve import spawned
+
+    with spawned(model, name="bench", max_tokens=32, prefill_chunk=chunk) as (url, _):
+        _stream_gaps(url)  # warm
+        idle = _stream_gaps(url)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            other = pool.submit(_stream_gaps, url)
+            time.sleep(0.5)  # the other client is decoding
+            t0 = time.perf_counter()
+            body = {"messages": [{"role": "user", "content": LONG_PROMPT}], "max_tokens": 4}
+            answer = pool.submit(httpx.post, f"{url}/v1/chat/completions", json=body,
+                                 timeout=600)  # fmt: skip
+            during = other.result()
+            response = answer.result()
+            seconds = time.perf_counter() - t0
+    usage = response.json()["usage"]
+    return {"chunk": chunk, "prompt_tokens": usage["prompt_tokens"], "seconds": seconds,
+            "idle_p99": _quantile(idle, 0.99), "p50": _quantile(during, 0.5),
+            "p99": _quantile(during, 0.99), "max": max(during)}  # fmt: skip
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def long_prompt_report(rows: list[dict]) -> list[str]:
+    lines = [
+        f"## Another client while a {rows[0]['prompt_tokens']:,}-token prompt is prefilled", "",
+        "One client streams 40 greedy tokens; 0.5 s in, another sends a prompt of "
+        f"{rows[0]['prompt_tokens']:,} tokens. The first client's time between streamed chunks "
+        "(seconds), and how long the long request took, per prefill chunk size "
+        "(`--prefill-chunk`; 100,000: the prompt fed whole, as before chunking).", "",
+        "| prefill chunk | inter-token p50 | inter-token p99 | inter-token max | idle p99 "
+        "| long request (s) |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['chunk']:,} | {r['p50']:.3f} | {r['p99']:.3f} | {r['max']:.3f} | "
+                     f"{r['idle_p99']:.3f} | {r['seconds']:.1f} |")  # fmt: skip
+    return [*lines, ""]
+
+
 def table(levels: list[Level]) -> str:
     base = levels[0].tokens_per_s
     rows = [
@@ -190,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         levels.append(_level(url, "batching off", 16, n, args.max_tokens))
     report = ["## Throughput and latency", "", table(levels), ""]
     print(table(levels))
+    rows = [long_prompt(args.model, chunk) for chunk in CHUNKS]
+    report += long_prompt_report(rows)
+    print("\n".join(report[-len(rows) - 6 :]), flush=True)
     if args.soak:
         with spawned(args.model, max_running=16, **server) as (url, _):
             samples = soak(url, args.soak, args.max_tokens)

@@ -57,14 +57,16 @@ class Sequence:
         *,
         backtracks: int = 0,
         group: int = 0,
+        prefill: bool = True,
     ):
-        """A sequence after the prompt of `stack`, prefilled, under `matcher`, which
-        `constraint` started (what the sequence's draws share with others: masks on a device,
-        the grammar); it may undo `backtracks` times at dead ends."""
+        """A sequence after the prompt of `stack`, prefilled (unless `prefill` is False:
+        then `prefill` feeds it, in chunks), under `matcher`, which `constraint` started
+        (what the sequence's draws share with others: masks on a device, the grammar); it may
+        undo `backtracks` times at dead ends."""
         self.model, self.stack, self.matcher, self.group = model, stack, matcher, group
         self.constraint = constraint
-        self.stream: Stream | None = model.start(stack.prompt_ids)
-        self.terms = stack.start_terms()  # the processors' streams (None: reads the main row)
+        self.stream: Stream | None = model.start(stack.prompt_ids, prefill=prefill)
+        self.terms = stack.start_terms(prefill)  # processors' streams (None: reads the main row)
         self.tokens: list[int] = []
         self.text = DecodedText(model.vocab)  # the tokens' text, decoded as they come
         self.log_weight = 0.0
@@ -74,6 +76,19 @@ class Sequence:
         self.stats = DecodeStats()
         self.top_logprobs: int | None = None  # record log-probs, with this many alternatives
         self.logprobs: dict[int, TokenLogprob] = {}  # position -> the drawn token's
+
+    def prefill(self, max_tokens: int) -> int:
+        """Feed at most `max_tokens` of the prompts its streams have not fed yet (the main
+        stream's first, then the terms'); returns how many are left."""
+        left = 0
+        for model, stream in self.streams():
+            pending = model.prefill(stream, 0)
+            take = min(pending, max_tokens)
+            if take:
+                model.prefill(stream, take)
+                max_tokens -= take
+            left += pending - take
+        return left
 
     def record_logprobs(self, row: torch.Tensor, token: int) -> None:
         """Keep the log-probability of `token`, about to be emitted, and the `top_logprobs`

@@ -118,9 +118,17 @@ class LanguageModel(Protocol[S]):
         text: special-token text in it becomes special tokens only with `special_tokens`."""
         ...
 
-    def start(self, prompt_ids: Sequence[int]) -> S:
+    def start(self, prompt_ids: Sequence[int], *, prefill: bool = True) -> S:
         """A new stream over `prompt_ids` (non-empty, else ValueError). `TransformersLM`
-        prefills it here, so the first `logprobs` call costs no forward."""
+        prefills it here, so the first `logprobs` call costs no forward; with `prefill`
+        False it computes nothing yet: `prefill` feeds the prompt in chunks (a server
+        interleaves them with other requests' steps)."""
+        ...
+
+    def prefill(self, stream: S, max_tokens: int | None = None) -> int:
+        """Feed at most `max_tokens` (None: all; 0: none, to ask) of the prompt tokens
+        `stream` has not fed yet, in one forward; returns how many are still not fed (0: the
+        prompt is in)."""
         ...
 
     def append(self, stream: S, token: int) -> None:

@@ -142,10 +142,13 @@ class ToyLM:
             return [self.bos_id] * (1 + len(prompt))
         return [self.bos_id]
 
-    def start(self, prompt_ids: Sequence[int]) -> ToyStream:
+    def start(self, prompt_ids: Sequence[int], *, prefill: bool = True) -> ToyStream:
         if len(prompt_ids) == 0:
             raise ValueError("a stream needs at least one prompt token")
         return ToyStream(list(prompt_ids))
+
+    def prefill(self, stream: ToyStream, max_tokens: int | None = None) -> int:
+        return 0  # a table has nothing to feed
 
     def append(self, stream: ToyStream, token: int) -> None:
         stream.tokens.append(int(token))

@@ -299,8 +299,9 @@ class TransformersLM:
         stream._n_fed += len(token_ids)
         return torch.log_softmax(out.logits[0].float(), dim=-1)
 
-    def start(self, prompt_ids: Sequence[int]) -> KVStream:
-        """A stream over `prompt_ids`, prefilled (the first `logprobs` call is then free).
+    def start(self, prompt_ids: Sequence[int], *, prefill: bool = True) -> KVStream:
+        """A stream over `prompt_ids`, prefilled (the first `logprobs` call is then free); with
+        `prefill` False, not yet: `prefill` feeds it in chunks.
 
         Recently prefilled prompts are kept (up to `prompt_cache_bytes` of KV cache): a prompt
         that shares a prefix of at least 16 tokens with one of them (the same system message
@@ -320,17 +321,31 @@ class TransformersLM:
                 0,
                 self.context_length,
             )
-        base, shared = self._cached_prefix(ids)
-        if base is None:
-            stream = KVStream(ids, None, 0, None)
-        else:
-            stream = self.fork(base)
-            self.rollback(stream, len(base.tokens) - shared)
-            stream.tokens.extend(ids[shared:])
-            stream.prompt_len = len(ids)
-        stream._last = self._forward(stream, stream.tokens[stream._n_fed :], last_only=True)[-1]
-        self._remember_prompt(stream)
+        stream = KVStream(ids, None, 0, None)
+        if prefill:
+            self.prefill(stream)
         return stream
+
+    def prefill(self, stream: KVStream, max_tokens: int | None = None) -> int:
+        """Feed at most `max_tokens` (None: all) of the prompt `stream` has not fed yet;
+        returns how many are left. A stream that has fed nothing takes the longest cached
+        prefix of its prompt first (so a second choice of the same prompt, prefilled after
+        the first, feeds one token); the whole prompt, once fed, is cached in turn."""
+        if stream._n_fed == 0:
+            base, shared = self._cached_prefix(stream.tokens)
+            if base is not None:
+                cached = self.fork(base)
+                self.rollback(cached, len(base.tokens) - shared)
+                stream._cache, stream._n_fed = cached._cache, cached._n_fed
+        left = len(stream.tokens) - stream._n_fed
+        take = left if max_tokens is None else min(left, max_tokens)
+        if take:
+            chunk = stream.tokens[stream._n_fed : stream._n_fed + take]
+            last = self._forward(stream, chunk, last_only=True)[-1]
+            if take == left:
+                stream._last = last
+                self._remember_prompt(stream)
+        return left - take
 
     def _cached_prefix(self, ids: list[int]) -> tuple[KVStream | None, int]:
         """The cached prompt sharing the longest prefix with `ids` (at least 16 tokens, and

@@ -56,10 +56,11 @@ class BoundStack:
         """No processor but the temperature."""
         return cls(ProcessorStack(temperature=temperature), model, prompt_ids)
 
-    def start_terms(self) -> list:
-        """A new sequence's term streams (None where the term reads the main row)."""
+    def start_terms(self, prefill: bool = True) -> list:
+        """A new sequence's term streams (None where the term reads the main row), prefilled
+        unless `prefill` is False (see `LanguageModel.start`)."""
         return [
-            m.start(ids) if ids is not None else None
+            m.start(ids, prefill=prefill) if ids is not None else None
             for m, ids in zip(self.term_models, self.term_prompts)
         ]
 

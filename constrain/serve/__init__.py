@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+from constrain.errors import ConfigError
 from constrain.serve.errors import RequestError
 from constrain.serve.limits import Limits
 
@@ -34,6 +35,7 @@ def build(
     name: str | None = None,
     max_running: int = 16,
     max_queue: int = 64,
+    prefill_chunk: int = 128,
     max_tokens: int = 512,
     timeout: float = 120.0,
     tool_format: str | None = None,
@@ -50,6 +52,8 @@ def build(
         name: the model id clients send (default: the model's name).
         max_running: requests decoded together (1: one at a time, no batching).
         max_queue: requests waiting beyond those; more are answered 429 with Retry-After.
+        prefill_chunk: prompt tokens fed between two decoding steps: a long prompt is fed in
+            chunks, so the other requests' next tokens wait for one chunk, not the prompt.
         max_tokens: a request's default max_tokens.
         timeout: a request's default and longest decoding time, in seconds.
         tool_format: force a registry tool-call format ("hermes", "llama3", "mistral")
@@ -73,7 +77,11 @@ def build(
 
     served = Served(model, name or model.name, max_tokens=max_tokens, timeout=timeout,
                     tool_format_name=tool_format, limits=limits or Limits())  # fmt: skip
-    scheduler = Scheduler(model, max_running=max_running, max_queue=max_queue)
+    if not isinstance(prefill_chunk, int) or prefill_chunk < 1:
+        raise ConfigError(f"prefill_chunk must be a positive number of tokens, got "
+                          f"{prefill_chunk!r}")  # fmt: skip
+    scheduler = Scheduler(model, max_running=max_running, max_queue=max_queue,
+                          prefill_chunk=prefill_chunk)  # fmt: skip
     access = Access.of(host, api_key=api_key, allowed_hosts=allowed_hosts,
                        allowed_origins=allowed_origins, docs=docs)  # fmt: skip
     return create_app(served, scheduler, access)

@@ -1,10 +1,13 @@
 """The scheduler: one thread runs every request's sequences in one `decoding.Batch`.
 
 Requests wait in a bounded queue (full: `RequestError` 429, the HTTP layer adds
-``Retry-After``); between steps the thread admits waiting ones up to `max_running` (prefill,
-then they join the batch), moves each sequence through its answer's sections, hands new text
-to streaming clients and completes finished requests. A request whose client went away is
-cancelled: its sequences end before the next step and their KV caches go with them.
+``Retry-After``); between steps the thread admits waiting ones up to `max_running`, feeds
+their prompts in chunks of `prefill_chunk` tokens, one chunk between two steps (so a long
+prompt delays other clients' next tokens by one chunk, not by its whole prefill), lets
+each request whose prompt is in join the batch, moves each sequence through its answer's
+sections, hands new text to streaming clients and completes finished requests. A request
+whose client went away is cancelled: its sequences end before the next step and their KV
+caches go with them.
 """
 
 from __future__ import annotations
@@ -90,11 +93,13 @@ class Scheduler:
     """The thread that decodes every request, batched (`max_running` 1: one at a time)."""
 
     def __init__(self, model, *, max_running: int = 16, max_queue: int = 64,
-                 metrics: Metrics | None = None):  # fmt: skip
+                 prefill_chunk: int = 128, metrics: Metrics | None = None):  # fmt: skip
         self.model = model
         self.max_running, self.max_queue = max_running, max_queue
+        self.prefill_chunk = prefill_chunk  # prompt tokens fed between two steps
         self.metrics = metrics or Metrics()
         self.waiting: collections.deque[Ticket] = collections.deque()
+        self.prefilling: collections.deque[Ticket] = collections.deque()  # admitted, being fed
         self.running: list[Ticket] = []
         self.batch = Batch()
         self.wake = threading.Condition()
@@ -120,7 +125,7 @@ class Scheduler:
             self.wake.notify()
         self.thread.join(timeout=30)
         gone = RequestError("the server is shutting down", status=503, code="shutting_down")
-        for ticket in [*self.waiting, *self.running]:
+        for ticket in [*self.waiting, *self.prefilling, *self.running]:
             ticket.send(Update(error=gone))
 
     def submit(self, ticket: Ticket) -> None:
@@ -154,19 +159,21 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self.wake:
-                if not self.waiting and not self.running:
+                if not self.waiting and not self.running and not self.prefilling:
                     self._trim(idle=True)
-                while not self.stopped and not self.waiting and not self.running:
+                while not (self.stopped or self.waiting or self.running or self.prefilling):
                     self.wake.wait()
                 if self.stopped:
                     return
                 admitted = []
-                while self.waiting and len(self.running) + len(admitted) < self.max_running:
+                while self.waiting and (len(self.running) + len(self.prefilling) + len(admitted)
+                                        < self.max_running):  # fmt: skip
                     admitted.append(self.waiting.popleft())
             self.busy_since = time.monotonic()
             for ticket in admitted:
                 self._admit(ticket)
             self.metrics.queue_depth = len(self.waiting)
+            self._prefill()
             try:
                 if self.batch.jobs:
                     self._step()
@@ -192,13 +199,13 @@ class Scheduler:
             self.trimmed_at, self.untrimmed = time.perf_counter(), False
 
     def _admit(self, ticket: Ticket) -> None:
-        """Prefill `ticket`'s sequences and put them into their first section."""
+        """Start `ticket`'s sequences, their prompts not fed yet (`_prefill` feeds them)."""
         if ticket.cancelled:
             return
         r = ticket.request
         try:
             generator = Generator.compiled(self.model, r.spec, r.plan.content, r.config)
-            run = generator.start([r.prompt] * r.n, r.seed)
+            ticket.run = generator.start([r.prompt] * r.n, r.seed, prefill=False)
         except ConstrainError as exc:  # the prompt does not fit in the context, say
             ticket.send(Update(error=RequestError(str(exc), "messages")))
             self.metrics.failed += 1
@@ -207,7 +214,39 @@ class Scheduler:
             ticket.send(Update(error=exc))
             self.metrics.failed += 1
             return
-        ticket.run = run
+        self.prefilling.append(ticket)
+
+    def _prefill(self) -> None:
+        """Feed up to `prefill_chunk` prompt tokens (all of them while no request decodes:
+        nobody waits), the requests with the fewest tokens left first (a short prompt does
+        not wait behind a long one); a request whose prompts are in joins the batch."""
+        budget = self.prefill_chunk if self.batch.jobs else None
+        for ticket in list(self.prefilling):
+            if ticket.cancelled:
+                self.prefilling.remove(ticket)  # its streams go with its run
+        try_order = sorted(self.prefilling, key=lambda t: t.run.prefill(0))
+        for ticket in try_order:
+            if budget is not None and budget <= 0:
+                return
+            try:
+                pending = ticket.run.prefill(0)
+                take = pending if budget is None else min(pending, budget)
+                left = ticket.run.prefill(take)
+                if budget is not None:
+                    budget -= take
+                if not left:
+                    self.prefilling.remove(ticket)
+                    self._join(ticket)
+            except Exception as exc:  # this request's alone
+                if ticket in self.prefilling:
+                    self.prefilling.remove(ticket)
+                ticket.send(Update(error=exc))
+                self.metrics.failed += 1
+
+    def _join(self, ticket: Ticket) -> None:
+        """Put `ticket`'s sequences, their prompts fed, into their first section, and its
+        job into the batch."""
+        r, run = ticket.request, ticket.run
         if r.config.token_samples:  # SMC keeps its particles as they are
             for s in run.sequences:
                 answer = Answer(r.plan)
