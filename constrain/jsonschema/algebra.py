@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from constrain.engine.regex import ByteDFA, combine, is_empty_combination
+from constrain.engine.regex._limits import BYTES_PER_UNIT
 from constrain.errors import RegexError
 from constrain.fuel import burn
 from constrain.jsonschema.shapes import (
@@ -57,6 +58,8 @@ Parts = Callable[[], tuple]  # computes the arguments of `Shape.fill`
 # a length bound times a pattern of more (states x (bound + 1)) stays symbolic (`bounded`)
 _EAGER_PRODUCT = 100_000
 
+
+_KEPT_DFA_BYTES = 4096  # a memoised product beyond its tables: its objects and memo entry
 
 class CompileTimeout(Exception):
     """The compilation ran past its deadline (see `ShapeAlgebra.time_left`)."""
@@ -121,6 +124,7 @@ class ShapeAlgebra:
             except RegexError:
                 self.time_left()  # past the deadline: a CompileTimeout, like every other stage
                 raise
+            burn((_KEPT_DFA_BYTES + got.nbytes) // BYTES_PER_UNIT)  # what the memo keeps
             self._combined[key] = got
         return got
 

@@ -15,6 +15,7 @@ from constrain.engine.regex.budget import NUMPY_STEPS
 from constrain.fuel import burn
 
 DEAD = 0
+MAX_DESCRIPTION = 400  # characters of a DFA's `pattern` kept: products describe their operands
 _FORCED_CAP = 4096
 _SMALL_TABLE = 8192  # cells: below this, byte classes are found in plain Python
 
@@ -60,7 +61,7 @@ class ByteDFA(ByteWalk):
             some byte).
         accepting: bool array (n_states,).
         start: the start state (1, or 0 when the language is empty).
-        pattern: the source, for messages.
+        pattern: the source, for messages (at most `MAX_DESCRIPTION` characters).
     """
 
     __slots__ = (
@@ -105,7 +106,8 @@ class ByteDFA(ByteWalk):
         self.classes = np.asarray(classes, dtype=np.uint8)  # at most 256 classes
         self.accepting = np.asarray(accepting, dtype=bool)
         self.start = start
-        self.pattern = pattern
+        # a description for messages, bounded: a product of products would double it each time
+        self.pattern = pattern if len(pattern) <= MAX_DESCRIPTION else pattern[:397] + "..."
         # `classes` and the rows a walk stepped through, as tuples (the collector untracks
         # tuples of ints: a compiled grammar's thousands of DFAs cost a full collection nothing)
         self._class_of: tuple[int, ...] | None = None

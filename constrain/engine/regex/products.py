@@ -19,6 +19,7 @@ from constrain.engine.regex.minimize import minimize
 
 _MERGE_LIMIT = 600  # products larger than this are pruned but not minimised (Moore is O(n * depth))
 _SMALL_PRODUCT = 1024  # operands with at most this many pairs of states combine in plain Python
+_SMALL_COMBINE_STEPS = 8 * NUMPY_STEPS  # the fixed work of a small product (~150 us: 128 units)
 
 
 def joint_byte_classes(dfas: Sequence[ByteDFA]) -> tuple[np.ndarray, np.ndarray]:
@@ -116,6 +117,7 @@ def _small_combine(a: ByteDFA, b: ByteDFA, op: str, pattern: str, limits: Compil
     """`combine` of small DFAs in plain Python (the numpy passes cost more than the work):
     the same product search, pruning, Moore refinement and breadth-first numbering over the
     same byte classes, so the same DFA."""
+    limits.check(work=_SMALL_COMBINE_STEPS)  # the classes and the DFA built: a dozen numpy calls
     classes, representatives = joint_byte_classes((a, b))
     rows_a = a.columns(representatives).tolist()
     rows_b = b.columns(representatives).tolist()
