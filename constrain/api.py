@@ -65,6 +65,7 @@ class Generator:
         config: DecodingConfig | None = None,
         **options: Any,
     ):
+        _check_model(model)
         config = _config(config, options)
         spec = ConstraintSpec(regex, choices, grammar, schema, type, schema_options)
         t0 = time.perf_counter()
@@ -126,7 +127,10 @@ class Generator:
         if not self._budget_checked:
             self._budget_checked = True
             self._warn_if_nothing_fits()
-        seed = seed if seed is not None else random.getrandbits(63)
+        if seed is None:
+            seed = random.getrandbits(63)
+        elif not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+            raise ConfigError(f"seed must be an integer in [0, 2**63), got {seed!r}")
         return Run(self, prompts, seed, prefill)
 
     def bound_stack(self, prompt: Prompt) -> BoundStack:
@@ -292,6 +296,21 @@ class Run:
             text, value, list(ended.tokens), finish, complete, log_weight, stats, particles,
             "" if complete else reason,
         )  # fmt: skip
+
+
+def _check_model(model: Any) -> None:
+    """Refuse what is not a loaded model, saying how to get one."""
+    if isinstance(model, LanguageModel):
+        return
+    if isinstance(model, str):
+        raise ConfigError(
+            f"model must be a loaded model, got the name {model!r}: load it once with "
+            f"cn.load_model({model!r}) and pass that"
+        )
+    raise ConfigError(
+        f"model must be a loaded model (cn.load_model(...), cn.from_transformers(...)), got "
+        f"{type(model).__name__}"
+    )
 
 
 def _config(config: DecodingConfig | None, options: Mapping[str, Any]) -> DecodingConfig:

@@ -22,8 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 from constrain.api import Generator
-from constrain.errors import AnnotationError, ConstrainError
+from constrain.errors import AnnotationError, ConfigError, ConstrainError
 from constrain.jsonschema.types import schema_from_type
+from constrain.models.base import LanguageModel
 
 __all__ = ["GenerationCutError", "function"]
 
@@ -69,6 +70,12 @@ def function(
         TypeError: no return annotation, one with no JSON Schema counterpart, no docstring, or
             a template field that is not a parameter.
     """
+
+    if not isinstance(model, LanguageModel):
+        where = (f"above def {model.__qualname__}" if hasattr(model, "__qualname__")
+                 else f"(got {type(model).__name__})")  # fmt: skip
+        raise ConfigError(f"@cn.function needs the model that answers: write "
+                          f"@cn.function(model) {where}")  # fmt: skip
 
     def decorate(fn: Callable) -> Callable:
         name = getattr(fn, "__qualname__", repr(fn))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Literal
 
 import jsonschema
@@ -204,3 +205,28 @@ def test_one_logits_processor_twice_on_the_bundled_model(smollm):
         text, ended = _generate_with(smollm, processor, prompt, 40)
         assert ended, (prompt, text)
         jsonschema.validate(json.loads(text), PERSON)
+
+
+@dataclasses.dataclass
+class _Point:
+    x: int
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda m: cn.generate(m, "hi", type=_Point(1), max_tokens=4), "type= expects a Python type"),
+        (lambda m: cn.generate(m, "hi", type={"type": "object"}, max_tokens=4), "schema="),
+        (lambda m: cn.generate(m, "hi", seed=-1, max_tokens=4), "seed must be an integer"),
+        (lambda m: cn.generate(m, "hi", seed="x", max_tokens=4), "seed must be an integer"),
+        (lambda m: cn.generate(None, "hi", max_tokens=4), "model must be a loaded model"),
+        (lambda m: cn.generate("smollm2-135m-instruct", "hi"), "cn.load_model('smollm2"),
+        (lambda m: cn.function(lambda topic: topic), "@cn.function(model)"),
+        (lambda m: cn.generate(m, "hi", choices=["a", "\ud800"], max_tokens=4), "choices[1]"),
+        (lambda m: cn.generate(m, "hi \udc00", max_tokens=4), "lone surrogate U+DC00"),
+        (lambda m: cn.generate(m, "hi", regex="a\ud800", max_tokens=4), "regex holds a lone"),
+    ],
+)  # fmt: skip
+def test_bad_arguments_are_a_constrain_error_naming_them(tiny_model, call, words):
+    with pytest.raises(cn.ConstrainError, match=re.escape(words)):
+        call(tiny_model)

@@ -402,6 +402,48 @@ def test_refusals_name_the_field_and_the_limit_never_an_exception(server, fields
     assert not EXCEPTION_NAME.search(error["message"]), error
 
 
+_CALL = {"type": "function_call", "call_id": "c1", "name": "get_weather",
+         "arguments": '{"city": "Paris"}'}  # fmt: skip
+_WEATHER = [{"type": "function", "name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "path, raw, param",
+    [
+        ("chat/completions", '{"messages": [{"role": "user", "content": "a\\ud800"}]}',
+         "messages[0].content"),
+        ("chat/completions", '{"messages": [{"role": "user", "content": "a"}], "tools": [{"type":'
+         ' "function", "function": {"name": "f", "description": "x\\udc00", "parameters": '
+         '{"type": "object"}}}]}', "tools[0].function.description"),
+        ("chat/completions", '{"messages": [{"role": "user", "content": "a"}], "choices": '
+         '["ok", "\\ud800"]}', "choices[1]"),
+        ("responses", '{"input": "hi", "stop": ["\\ud800"]}', "stop[0]"),
+        ("responses", json.dumps({"input": [{"role": "user", "content": "hi"}, _CALL,
+         {"type": "function_call_output", "output": "18"}], "tools": _WEATHER}),
+         "input[2].call_id"),
+        ("responses", json.dumps({"input": [{"role": "user", "content": "hi"}, _CALL,
+         {"type": "function_call_output", "call_id": "zz", "output": "18"}],
+         "tools": _WEATHER}), "input[2].call_id"),
+        ("responses", json.dumps({"input": [{"role": "user", "content": "hi"},
+         {**_CALL, "arguments": "{city"}, {"type": "function_call_output", "call_id": "c1",
+         "output": "18"}], "tools": _WEATHER}), "input[1].arguments"),
+        ("responses", json.dumps({"input": [{"role": "user", "content": [
+         {"type": "input_text", "text": "hi", "color": "red"}]}]}), "input[0].content[0].color"),
+        ("responses", json.dumps({"input": [{"type": "reasoning", "summary": []}]}), "input"),
+    ],
+)  # fmt: skip
+def test_leftover_malformed_input_is_a_400_naming_its_field(server, path, raw, param):
+    """Lone surrogates anywhere, tool results answering no call, arguments that are not
+    JSON, unknown keys of content parts, reasoning alone: each a 400 naming the field."""
+    url, _, _ = server
+    response = httpx.post(f"{url}/v1/{path}", content=raw, timeout=30,
+                          headers={"content-type": "application/json"})  # fmt: skip
+    error = refused(response)
+    assert error["param"] == param, error
+    assert not EXCEPTION_NAME.search(error["message"]), error
+
+
 def test_a_too_large_body_is_a_413_the_openai_client_reads(server):
     """The client sends its whole body before it reads: the server drains it and answers 413,
     where closing mid-upload made the SDK retry and report a connection error."""
@@ -552,19 +594,33 @@ def test_a_long_prompt_stops_no_other_client(server):
     assert "stalled" not in healths, healths
 
 
+def _streamed_lines(url: str) -> list[str]:
+    body = {"messages": [{"role": "user", "content": "Write a long story."}], "stream": True,
+            "max_tokens": 400, "temperature": 1.0}  # fmt: skip
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
+        return [line for line in r.iter_lines() if line]
+
+
 def test_sigterm_ends_the_server_within_seconds_while_it_works(server):
-    """Last in this module: it ends the module's server, while a preparation runs."""
+    """Last in this module: it ends the module's server, while a preparation runs and a
+    stream is being written. The preparation gets the documented 503 in OpenAI's error shape
+    (not uvicorn's plain-text 500), the stream a final error event (not a cut connection)."""
     url, pid, _ = server
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        pool.submit(chat, url, 30, grammar=DOUBLING.replace('"ab"', '"ba"'))
-        time.sleep(1.0)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        preparing = pool.submit(chat, url, 30, grammar=DOUBLING.replace('"ab"', '"ba"'))
+        streaming = pool.submit(_streamed_lines, url)
+        time.sleep(1.5)
         assert httpx.get(f"{url}/health", timeout=5).json()["preparing"] == 1
         started = time.monotonic()
         os.kill(pid, signal.SIGTERM)
         while time.monotonic() - started < 15 and not _exited(pid):
             time.sleep(0.1)
         took = time.monotonic() - started
+        refusal, lines = preparing.result(), streaming.result()
     assert took < 10, f"the server took {took:.1f} s to exit after SIGTERM"
+    assert refused(refusal, 503)["code"] == "shutting_down"
+    last = json.loads(next(line for line in reversed(lines) if line != "data: [DONE]")[5:])
+    assert last["error"]["code"] == "shutting_down", lines[-3:]
 
 
 def _exited(pid: int) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -34,6 +35,7 @@ from constrain.jsonschema.validation import (
     load_exact,
 )
 from constrain.jsonschema.values import value_from_json
+from constrain.utf8 import refuse_lone_surrogates
 
 __all__ = ["CONSTRAINTS_BYTES", "ConstraintSpec", "compiled_constraints", "grammar_from"]
 
@@ -91,6 +93,30 @@ def compiled_constraints(vocab: Vocabulary) -> BoundedCache:
     )
 
 
+def _check_type(given: Any) -> None:
+    """Refuse a `type=` that is no type (an instance, a dict), before it is hashed."""
+    if isinstance(given, Mapping):
+        raise ConfigError("type= expects a Python type; a JSON Schema (a dict) goes in schema=")
+    try:
+        hash(given)
+    except TypeError:
+        raise ConfigError(
+            f"type= expects a Python type (a class, list[int], Literal[...], ...), got an "
+            f"instance of {type(given).__name__}"
+        ) from None
+    if not isinstance(given, type) and typing.get_origin(given) is None and not _typing_form(given):
+        raise ConfigError(
+            f"type= expects a Python type (a class, list[int], Literal[...], ...), got "
+            f"{given!r}, an instance of {type(given).__name__}"
+        )
+
+
+def _typing_form(given: Any) -> bool:
+    """Whether `given` is a type of the `typing` module without an origin (Any, a NewType,
+    a TypeVar, an alias) rather than a value."""
+    return type(given).__module__ in ("typing", "typing_extensions") or given is None
+
+
 def _constraint_bytes(constraint: Constraint) -> int:
     return constraint.nbytes()
 
@@ -120,6 +146,16 @@ class ConstraintSpec:
             raise ConfigError(
                 f"pass at most one constraint, got {', '.join(f'{k}=' for k in given)}"
             )
+        if self.choices is not None:
+            if isinstance(self.choices, (str, bytes)) or not all(
+                isinstance(c, str) for c in self.choices
+            ):
+                raise ConfigError("choices= expects a list of strings")
+            refuse_lone_surrogates(list(self.choices), "choices")
+        if isinstance(self.regex, str):
+            refuse_lone_surrogates(self.regex, "regex")
+        if self.type is not None:
+            _check_type(self.type)
 
     @property
     def kind(self) -> str:

@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from constrain.errors import ConfigError
+from constrain.utf8 import refuse_lone_surrogates
 
 __all__ = ["ROLES", "encode_chat", "encode_text", "render_chat", "special_ids"]
 
@@ -46,6 +47,7 @@ def special_ids(tokenizer) -> set[int]:
 def encode_text(tokenizer, text: str, *, special_tokens: bool = False) -> list[int]:
     """Token ids of plain text, with the BOS the tokenizer adds (if any); special-token text in
     it is text unless `special_tokens`."""
+    refuse_lone_surrogates(text, "prompt")
     ids = list(tokenizer.encode(text, split_special_tokens=not special_tokens))
     if not ids and tokenizer.bos_token_id is not None:
         ids = [tokenizer.bos_token_id]
@@ -78,6 +80,7 @@ def encode_chat(
         if m["role"] not in ROLES:
             raise ConfigError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got "
                               f"{m['role']!r}")  # fmt: skip
+    refuse_lone_surrogates({"messages": list(messages), "tools": list(tools or ())}, "")
     if not special_tokens:
         markup = {"messages": [{k: v for k, v in m.items() if k != "content"} for m in messages],
                   "tools": list(tools or ())}  # fmt: skip

@@ -26,7 +26,6 @@ from constrain.serve.limits import Limits
 __all__ = ["Limits", "RequestError", "build", "run", "serving", "spawned"]
 
 
-_GRACE = 5  # seconds a shutdown (SIGTERM) waits for requests in flight before ending them
 
 
 def build(
@@ -94,10 +93,13 @@ def run(model_name: str | None = None, *, host: str = "127.0.0.1", port: int = 8
     import uvicorn
 
     from constrain.models import load_model
+    from constrain.serve.app import SHUTDOWN_GRACE, Server
 
     model = load_model(model_name, device=device)
-    uvicorn.run(build(model, host=host, **options), host=host, port=port, log_level=log_level,
-                timeout_graceful_shutdown=_GRACE)  # fmt: skip
+    app = build(model, host=host, **options)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            timeout_graceful_shutdown=SHUTDOWN_GRACE)  # fmt: skip
+    Server(config, app).run()
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ import asyncio
 import time
 from contextlib import asynccontextmanager
 
+import uvicorn
 from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
@@ -30,7 +31,7 @@ from constrain.serve.reply import ChatReply, as_request_error
 from constrain.serve.responses import ResponsesReply, read_responses
 from constrain.serve.scheduler import Scheduler, Ticket
 
-__all__ = ["create_app"]
+__all__ = ["SHUTDOWN_GRACE", "Server", "create_app"]
 
 
 def create_app(served: Served, scheduler: Scheduler, access: Access | None = None):
@@ -47,6 +48,15 @@ def create_app(served: Served, scheduler: Scheduler, access: Access | None = Non
         scheduler.stop()
 
     app = FastAPI(title="constrain", lifespan=lifespan, **access.documentation())
+
+    def shut_down() -> None:
+        """Begin to shut down as soon as a signal asks for it, while the HTTP server still
+        answers: preparations and queued requests get a 503 at once, requests decoding get
+        `_DRAIN` seconds, then a 503 (a stream its final error event)."""
+        preparer.close()
+        scheduler.drain(_DRAIN)
+
+    app.state.shut_down = shut_down
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(http: HTTPRequest, exc: StarletteHTTPException):
@@ -146,6 +156,8 @@ def create_app(served: Served, scheduler: Scheduler, access: Access | None = Non
 # no `from __future__ import annotations` here: FastAPI reads the handlers' annotations
 
 _STALLED = 10.0  # seconds in one step after which /health says the scheduler is stalled
+SHUTDOWN_GRACE = 5.0  # seconds a shutdown (SIGTERM) waits for the answers in flight
+_DRAIN = SHUTDOWN_GRACE - 1.5  # of which requests decoding get this much to finish
 _READERS = {"chat": read_chat, "completion": read_completion, "responses": read_responses}
 
 
@@ -162,3 +174,19 @@ def _headers(request: Request) -> dict[str, str]:
     return {"X-Constrain-Grammar-Syntax": request.grammar_syntax}
 
 
+
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server for an application of `create_app`: it tells the application (its
+    `shut_down`) as soon as a signal asks it to stop, so the answers in flight are written
+    while it still serves."""
+
+    def __init__(self, config: uvicorn.Config, app):
+        super().__init__(config)
+        self.app = app
+
+    def handle_exit(self, sig, frame) -> None:
+        if not self.should_exit:
+            self.app.state.shut_down()
+        super().handle_exit(sig, frame)

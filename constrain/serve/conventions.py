@@ -31,6 +31,7 @@ from typing import Any
 from constrain.constraints import ConstraintSpec
 from constrain.engine.grammar.gbnf import grammar_syntax
 from constrain.serve.errors import RequestError
+from constrain.utf8 import lone_surrogate
 
 __all__ = [
     "DEFAULT_JSON_WHITESPACE",
@@ -113,6 +114,9 @@ def content_constraint(body: Mapping) -> ContentConstraint:
         raise RequestError(f"{param} must be a non-empty list of strings", param)
     if kind in ("regex", "grammar") and not isinstance(value, str):
         raise RequestError(f"{param} must be a string", param)
+    found = lone_surrogate(value, param) if kind != "schema" else None
+    if found is not None:
+        raise RequestError(found[1], found[0])
     syntax = grammar_syntax(value) if kind == "grammar" else None
     if kind != "schema":
         return ContentConstraint(ConstraintSpec(**{kind: value}), param, syntax)
@@ -201,6 +205,9 @@ def schema_options(body: Mapping) -> dict:
     if pattern is not None:
         if not isinstance(pattern, str) or not pattern:
             raise RequestError("whitespace_pattern must be a regex", "whitespace_pattern")
+        found = lone_surrogate(pattern, "whitespace_pattern")
+        if found is not None:
+            raise RequestError(found[1], found[0])
         given.append(("whitespace_pattern", pattern))
     if len(given) > 1:
         raise RequestError(f"at most one of the whitespace fields, got {given[0][0]} and "

@@ -26,6 +26,7 @@ __all__ = ["for_template", "read_messages"]
 
 _RESULT_OPEN, _RESULT_CLOSE = "<tool_response>\n", "\n</tool_response>"
 _TEXT_PARTS = ("text", "input_text", "output_text")
+_PART_KEYS = {"type", "text", "annotations", "logprobs"}  # what a text part may carry
 
 
 def read_messages(messages: Any) -> list[dict]:
@@ -71,6 +72,12 @@ def read_messages(messages: Any) -> list[dict]:
             ident = m.get("tool_call_id")
             if ident is not None and not isinstance(ident, str):
                 raise RequestError("tool_call_id must be a string", f"{where}.tool_call_id")
+            if role == "tool" and ident not in names:
+                said = "names no call" if ident is None else f"{ident!r} is no earlier call's id"
+                raise RequestError(
+                    f"a tool result answers a call of an earlier assistant message: its "
+                    f"tool_call_id {said}", f"{where}.tool_call_id",
+                )  # fmt: skip
             name = m.get("name") if isinstance(m.get("name"), str) else names.get(ident or "")
             message = {"role": "tool", "content": content}
             message.update((k, v) for k, v in (("tool_call_id", ident), ("name", name)) if v)
@@ -96,6 +103,11 @@ def _text(content: Any, where: str) -> str | None:
         text = part.get("text")
         if not isinstance(text, str):
             raise RequestError("a text part needs a text string", f"{where}[{j}].text")
+        unknown = sorted(set(part) - _PART_KEYS)
+        if unknown:
+            known = ", ".join(sorted(_PART_KEYS))
+            raise RequestError(f"unknown field {unknown[0]!r} of a text part (one of {known})",
+                               f"{where}[{j}].{unknown[0]}")  # fmt: skip
         texts.append(text)
     return "".join(texts)
 
@@ -117,8 +129,9 @@ def _calls(calls: Any, where: str) -> list[dict]:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments) if arguments.strip() else {}
-            except ValueError:
-                pass  # kept as the text the client sent
+            except ValueError as exc:
+                raise RequestError(f"a tool call's arguments must be JSON text: {exc}",
+                                   f"{where}[{j}].function.arguments") from None  # fmt: skip
         ident = call.get("id")
         ident = ident if isinstance(ident, str) and ident else f"call_{j}"
         out.append(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Mapping
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -33,6 +34,8 @@ Reader = Callable[[Mapping, Served], Request]
 _WATCH_EVERY = 0.1  # seconds between two looks at the client while its request is prepared
 _CLIENT_LEFT = "the client went away"
 _DRAINED = 64 * 2**20  # bytes of a body past the limit read and dropped before the 413
+_SHUTTING_DOWN = RequestError("the server is shutting down: retry on another replica or later",
+                              status=503, code="shutting_down")  # fmt: skip
 
 
 async def read_body(http, limits: Limits) -> bytes:
@@ -79,6 +82,7 @@ class Preparer:
         # others wait for a slot or do cheap work, so a cached request never waits
         self.pool = ThreadPoolExecutor(limits.max_preparing, thread_name_prefix="constrain-prepare")
         self.under_way: set[Fuel] = set()  # touched by the event loop's thread only
+        self.closed = False
 
     async def prepare(self, read: Reader, raw: bytes, served: Served, http) -> Request | None:
         """The request in `raw` (a body read by `read_body`) read by `read`, compiled and
@@ -89,6 +93,8 @@ class Preparer:
                 work than the fuel (400, code ``work_limit_exceeded``), too many requests are
                 being prepared or compiled (429), or the backstop or the shutdown stopped it (503).
         """
+        if self.closed:
+            raise _SHUTTING_DOWN
         if len(self.under_way) >= self.limits.max_preparing:
             raise RequestError(
                 f"the server is preparing {len(self.under_way)} requests already, its limit "
@@ -110,13 +116,19 @@ class Preparer:
         except Abandoned as exc:
             if fuel.stopped == _CLIENT_LEFT:
                 return None
+            if self.closed:
+                raise _SHUTTING_DOWN from None
             raise RequestError(f"the request was abandoned: {exc.reason}", status=503,
                                code="abandoned") from None  # fmt: skip
+        except futures.CancelledError:  # never started: the pool was shut down
+            raise _SHUTTING_DOWN from None
         finally:
             self.under_way.discard(fuel)
 
     def close(self) -> None:
-        """Abandon every preparation under way (the server is shutting down)."""
+        """Abandon every preparation under way and refuse new ones (the server is shutting
+        down): each is answered 503 ``shutting_down``."""
+        self.closed = True
         for fuel in list(self.under_way):
             fuel.cancel("the server is shutting down")
         self.pool.shutdown(wait=False, cancel_futures=True)

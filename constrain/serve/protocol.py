@@ -33,6 +33,7 @@ from constrain.serve.conversation import for_template, read_messages
 from constrain.serve.errors import RequestError
 from constrain.serve.limits import CompileSlots, Limits
 from constrain.serve.sections import AnswerPlan, Calls, Thinking
+from constrain.utf8 import lone_surrogate
 
 __all__ = ["Served", "Request", "read_chat", "read_completion"]
 
@@ -135,6 +136,9 @@ def read_chat(body: Mapping, served: Served) -> Request:
         if isinstance(body.get(name), list):
             limits.check_count(name, len(body[name]), limit, f"--max-{name}")
     messages = read_messages(body.get("messages"))
+    found = lone_surrogate({"messages": body.get("messages"), "tools": body.get("tools")}, "")
+    if found is not None:
+        raise RequestError(found[1], found[0])
     functions = toolbox.check_tools(body["tools"]) if body.get("tools") else []
     choice = _tool_choice(body.get("tool_choice"), functions)
     support = served.template
@@ -523,6 +527,9 @@ def _stops(stop) -> tuple[str, ...]:
     stops = [stop] if isinstance(stop, str) else stop
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
         raise RequestError("stop must be a string or a list of non-empty strings", "stop")
+    found = lone_surrogate(stop, "stop")
+    if found is not None:
+        raise RequestError(found[1], found[0])
     if len(stops) > 4:
         raise RequestError("at most 4 stop strings", "stop")
     return tuple(stops)

@@ -163,6 +163,9 @@ def _messages(body: Mapping) -> tuple[list[dict], list[str]]:
                 f"function_call_output and reasoning items are)",
                 f"{at}.type",
             )
+    if not any(w.startswith("input") for w in where):
+        raise RequestError("input holds nothing to answer: reasoning items alone are not shown "
+                           "to the model again", "input")  # fmt: skip
     return messages, where
 
 
@@ -216,6 +219,9 @@ def _tool_choice(choice: Any) -> Any:
 
 
 _MESSAGE_PARAM = re.compile(r"messages\[(\d+)\](.*)", re.S)
+# a chat message's fields, as the Responses item's (a tool result's id is its call_id)
+_ITEM_FIELDS = {".tool_call_id": ".call_id", ".tool_calls[0].function.arguments": ".arguments",
+                ".tool_calls[0].function.name": ".name", ".tool_calls[0].id": ".call_id"}
 _PARAMS = [
     (re.compile(r"response_format\.json_schema\.schema(.*)", re.S), "text.format.schema"),
     (re.compile(r"response_format(.*)", re.S), "text.format"),
@@ -233,7 +239,8 @@ def _responses_param(param: str | None, where: list[str]) -> str | None:
     found = _MESSAGE_PARAM.fullmatch(param)
     if found:
         i = int(found.group(1))
-        return (where[i] if i < len(where) else "input") + found.group(2)
+        rest = _ITEM_FIELDS.get(found.group(2), found.group(2))
+        return (where[i] if i < len(where) else "input") + rest
     for pattern, name in _PARAMS:
         found = pattern.fullmatch(param)
         if found and name is None:

@@ -36,6 +36,8 @@ from constrain.serve.sections import Answer
 __all__ = ["Choice", "Scheduler", "Ticket", "Update"]
 
 log = logging.getLogger("constrain.serve")
+_GONE = RequestError("the server is shutting down: retry on another replica or later",
+                     status=503, code="shutting_down")  # fmt: skip
 _TRIM_EVERY = 2.0  # seconds between returns of freed heap pages to the system
 _RECOUNT_EVERY = 1.0  # seconds between measures of what the compiled constraints hold
 _GIVE_WAY = 0.002  # seconds another thread's long work sleeps while a step is under way
@@ -109,6 +111,7 @@ class Scheduler:
         self.compiled = compiled_constraints(model.vocab)  # shared with the preparations
         self.recounted_at = 0.0
         self.busy_since: float | None = None  # time.monotonic() when the current step began
+        self.closing_at: float | None = None  # shutting down: when the last answers are due
 
     def start(self) -> None:
         gc.freeze()  # the model and the compiled constraints stay: full collections skip them
@@ -117,6 +120,14 @@ class Scheduler:
         sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL))
         self.thread.start()
 
+    def drain(self, seconds: float) -> None:
+        """Begin to shut down (from any thread): new requests and the ones not decoding yet
+        are answered 503 at once; the ones decoding get `seconds` to finish, then a 503 (a
+        streamed one its final error event), while the HTTP server still sends answers."""
+        with self.wake:
+            self.closing_at = time.monotonic() + seconds
+            self.wake.notify()
+
     def stop(self) -> None:
         """Stop the thread after its current step; the requests still waiting or running
         are answered with a 503."""
@@ -124,13 +135,15 @@ class Scheduler:
             self.stopped = True
             self.wake.notify()
         self.thread.join(timeout=30)
-        gone = RequestError("the server is shutting down", status=503, code="shutting_down")
         for ticket in [*self.waiting, *self.prefilling, *self.running]:
-            ticket.send(Update(error=gone))
+            ticket.send(Update(error=_GONE))
 
     def submit(self, ticket: Ticket) -> None:
-        """Queue `ticket`; `RequestError` 429 when the queue is full."""
+        """Queue `ticket`; `RequestError` 429 when the queue is full (503 once shutting
+        down)."""
         with self.wake:
+            if self.closing_at is not None:
+                raise _GONE
             if len(self.waiting) >= self.max_queue:
                 self.metrics.rejected += 1
                 raise RequestError(
@@ -162,9 +175,11 @@ class Scheduler:
                 if not self.waiting and not self.running and not self.prefilling:
                     self._trim(idle=True)
                 while not (self.stopped or self.waiting or self.running or self.prefilling):
-                    self.wake.wait()
+                    self.wake.wait(timeout=0.5 if self.closing_at is not None else None)
                 if self.stopped:
                     return
+                if self.closing_at is not None:
+                    self._close_some()
                 admitted = []
                 while self.waiting and (len(self.running) + len(self.prefilling) + len(admitted)
                                         < self.max_running):  # fmt: skip
@@ -183,6 +198,21 @@ class Scheduler:
                 self.batch = Batch()
             finally:
                 self.busy_since = None
+
+    def _close_some(self) -> None:
+        """Shutting down (lock held): answer 503 to what is not decoding yet, and to the rest
+        once `closing_at` has passed."""
+        due = [*self.waiting, *self.prefilling]
+        self.waiting.clear()
+        self.prefilling.clear()
+        if time.monotonic() >= self.closing_at:
+            due += self.running
+            for ticket in self.running:
+                ticket.job.cancel("the server is shutting down")
+            self.running = []
+        for ticket in due:
+            ticket.send(Update(error=_GONE))
+            self.metrics.failed += 1
 
     def _trim(self, idle: bool) -> None:
         """Measure what the compiled constraints hold now (they grow as they are used; the

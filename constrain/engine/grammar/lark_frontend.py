@@ -114,10 +114,20 @@ def _load(text: str, source: str, resolver: ImportResolver, start: str):
             except WorkLimitError:
                 raise GrammarError(
                     f"lark's loading of the grammar needs more than {LARK_MAX_CALLS:,} Python "
-                    f"calls (LARK_MAX_CALLS); terminals built from copies of other terminals "
-                    f"(T1: T0 T0, T2: T1 T1, ...) grow exponentially: simplify the grammar"
+                    f"calls (LARK_MAX_CALLS): {_why_large(text)}"
                 ) from None
             raise
+
+
+def _why_large(text: str) -> str:
+    """What most likely makes lark's loading of `text` too costly, in words."""
+    lines = [line.strip() for line in text.splitlines()]
+    definitions = sum(1 for line in lines if line and not line.startswith(("//", "%", "|")))
+    if definitions > 2_000:
+        return (f"the grammar has {definitions:,} rules and terminals, more than lark's loader "
+                f"reads in that many calls: split it, or write it in GBNF")  # fmt: skip
+    return ("terminals built from copies of other terminals (T1: T0 T0, T2: T1 T1, ...) grow "
+            "exponentially: simplify the grammar")  # fmt: skip
 
 
 def _has_lazy_quantifier(regex: str) -> bool:

@@ -285,6 +285,9 @@ def parse(pattern: str, ecma: bool = False) -> tuple[Pattern, list[Lookahead]]:
     its marker characters stand for."""
     if any(lookahead_index(c) is not None or c == START_MARKER for c in pattern):
         raise RegexError("private-use characters U+10F000.. are reserved", pattern, None)
+    lone = next((i for i, c in enumerate(pattern) if 0xD800 <= ord(c) <= 0xDFFF), None)
+    if lone is not None:
+        raise RegexError("a lone UTF-16 surrogate cannot appear in UTF-8 text", pattern, lone)
     _check_nesting(pattern)
     found: list[tuple[bool, str, int]] = []
     tree = _parse_text(prepare(pattern, ecma, found), pattern)
