@@ -110,7 +110,9 @@ def test_cfg_contrastive_adacad_uscd_formulas():
     out = cn.Contrastive(amateur=None, alpha=0.2, beta=0.5)(lc, [lu], STEP)
     plausible = lc >= lc.max() + math.log(0.2)
     _close(out[plausible], 1.5 * lc[plausible] - 0.5 * lu[plausible])
-    assert torch.isinf(out[~plausible]).all() and plausible.sum() < len(lc)
+    assert plausible.sum() < len(lc)  # the others demoted, finite: probability 0 beside them
+    assert torch.isfinite(out).all() and out[~plausible].max() < out[plausible].min() - 1e3
+    assert torch.softmax(out, -1)[~plausible].max() == 0
 
     p, q = np.exp(lc.numpy()), np.exp(lu.numpy())
     mix = (p + q) / 2
@@ -130,7 +132,7 @@ def test_cfg_contrastive_adacad_uscd_formulas():
         expected = np.log(np.clip(ps - 0.7 * q, 0, None))
     finite = keep & (ps - 0.7 * q > 0)
     np.testing.assert_allclose(out.numpy()[finite], expected[finite], rtol=1e-9)
-    assert np.isinf(out.numpy()[~finite]).all()
+    np.testing.assert_allclose(out.numpy()[~finite], flat.numpy()[~finite] - 1e4)
     peaked = torch.log_softmax(lc * 50, -1)  # confident: unchanged
     _close(uscd(peaked, [lu], STEP), peaked)
 
@@ -347,3 +349,19 @@ def test_processors_with_a_json_schema_stay_valid(tiny_model):
     assert len(res.particles) == 3
     with pytest.raises(ValueError, match="truncation"):
         cn.smc(tiny_model, "x", regex="a+", processors=[cn.TopP(0.9)], chat=False)
+
+
+@pytest.mark.parametrize("sampler", ["awrs", "lcd"])
+def test_truncating_guidance_never_leaves_a_constrained_step_empty(sampler):
+    """The expert finds only `a` plausible, the constraint allows only `b` and `c`: before,
+    contrastive decoding and USCD gave every allowed token -inf (a dead end); now the allowed
+    ones are ranked by what the processor computes, and the text completes, with `c`, the
+    better of the two under the contrastive score."""
+    from constrain.models.toy import ToyLM
+
+    expert = ToyLM(["a", "b", "c"], lambda context: [0.97, 0.005, 0.02, 0.005])
+    amateur = ToyLM(["a", "b", "c"], lambda context: [0.2, 0.5, 0.2, 0.1])
+    for processor in (cn.Contrastive(amateur, alpha=0.5), cn.USCD("x", mean_num=1.0)):
+        out = cn.generate(expert, "q", regex="[bc]", processors=[processor], greedy=True,
+                          sampler=sampler, backtracks=0)  # fmt: skip
+        assert out.finish_reason == "stop" and out.text == "c", (processor, out)

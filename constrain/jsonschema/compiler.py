@@ -655,8 +655,9 @@ def compile_schema(
         ) from None
     emitter.add("start", (start,))
     live = set(emitter.lexemes) - {"NOTHING"}
-    if emitter.emptied and "start" not in derivable(emitter.rules, live):
-        raise GrammarError(f"the schema admits no value: {'; '.join(emitter.emptied)}")
+    if "start" not in derivable(emitter.rules, live):
+        why = "; ".join(emitter.emptied) or "no JSON value satisfies all its keywords together"
+        raise GrammarError(f"the schema admits no value: {why}")
     if normalizer.dropped:
         warnings.warn(
             "lenient JSON Schema compile dropped: " + "; ".join(normalizer.dropped), stacklevel=2

@@ -9,6 +9,12 @@ and combines them in log space (USCD in probability space):
 * AdaCAD:       ``(1 + a_t) l_ctx - a_t l_noctx`` with ``a_t = JSD(p_ctx, p_noctx)`` per step
 * USCD:         when the standard prompt is uncertain (``std(p_s) <= mean_num``):
                 ``log (p_s + w p_lame)_+`` on ``p_s >= filter_num / |V|``; else ``l_s``.
+
+The tokens contrastive decoding and USCD leave out are not given -inf but demoted by
+`DEMOTED` nats: where any token they keep is allowed, the demoted ones have probability 0 (the
+formulas above); where the constraint allows none of those, the allowed ones are still ranked
+(by the score, or by the standard prompt), so a truncation never leaves a constrained step
+with nothing to draw.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ import torch
 from constrain.errors import ConfigError
 from constrain.processors.base import Processor, Step, Term
 
-__all__ = ["AdaCAD", "CFG", "Contrastive", "USCD"]
+__all__ = ["DEMOTED", "AdaCAD", "CFG", "Contrastive", "USCD"]
+
+DEMOTED = 1e4  # nats below the tokens a truncation keeps: exp(-1e4) is 0 in floating point
 
 
 class CFG(Processor):
@@ -56,8 +64,9 @@ def _plausible(expert: torch.Tensor, alpha: float) -> torch.Tensor:
 
 class Contrastive(Processor):
     """Contrastive decoding: ``(1 + beta) l_E - beta l_A`` on the expert's plausible tokens
-    (``p_E >= alpha * max p_E``), -inf elsewhere. The expert is the generation's model; the
-    amateur a smaller model on the same prompt (`amateur_temperature` flattens it).
+    (``p_E >= alpha * max p_E``), demoted by `DEMOTED` elsewhere (see the module docstring).
+    The expert is the generation's model; the amateur a smaller model on the same prompt
+    (`amateur_temperature` flattens it).
     """
 
     def __init__(
@@ -77,7 +86,7 @@ class Contrastive(Processor):
         if self.amateur_temperature != 1.0:
             amateur = torch.log_softmax(amateur / self.amateur_temperature, dim=-1)
         score = (1 + self.beta) * logprobs - self.beta * amateur
-        return score.masked_fill(~_plausible(logprobs, self.alpha), -math.inf)
+        return torch.where(_plausible(logprobs, self.alpha), score, score - DEMOTED)
 
     def __repr__(self) -> str:
         return f"Contrastive(alpha={self.alpha}, beta={self.beta})"
@@ -121,7 +130,8 @@ class USCD(Processor):
     """Uncertainty-gated selective contrastive decoding (Wang et al. 2024): contrast the
     standard prompt with a "lame" prompt (the same task without its examples) only where the
     standard prediction is uncertain (``std(p_s) <= mean_num``): then
-    ``log (p_s + weight * p_lame)_+`` on the tokens with ``p_s >= filter_num / |V|``.
+    ``log (p_s + weight * p_lame)_+`` on the tokens with ``p_s >= filter_num / |V|``; the
+    others, and those the contrast takes to 0, keep ``l_s`` demoted by `DEMOTED`.
     """
 
     def __init__(
@@ -145,9 +155,9 @@ class USCD(Processor):
         p_s = torch.exp(logprobs)
         if float(p_s.std()) > self.mean_num:
             return logprobs  # confident: no contrast
-        keep = p_s >= self.filter_num / p_s.shape[-1]
-        mixed = (p_s + self.weight * torch.exp(lame)).clamp_min(0)
-        return torch.log(mixed).masked_fill(~keep, -math.inf)
+        mixed = p_s + self.weight * torch.exp(lame)
+        keep = (p_s >= self.filter_num / p_s.shape[-1]) & (mixed > 0)
+        return torch.where(keep, torch.log(mixed.clamp_min(1e-300)), logprobs - DEMOTED)
 
     def __repr__(self) -> str:
         return f"USCD(weight={self.weight}, mean_num={self.mean_num})"
