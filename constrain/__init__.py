@@ -22,6 +22,7 @@ _EXPORTS = {
     "ConfigError": "constrain.errors",
     "ConstrainError": "constrain.errors",
     "ContextLengthError": "constrain.errors",
+    "EmptyLanguageError": "constrain.errors",
     "GrammarError": "constrain.errors",
     "InvalidTokenError": "constrain.errors",
     "ModelLoadError": "constrain.errors",

@@ -33,6 +33,10 @@ class GrammarError(ConstrainError, ValueError):
     """A grammar is malformed, names an unknown rule, or has an empty language."""
 
 
+class EmptyLanguageError(GrammarError):
+    """A grammar, regex or schema is well formed but admits no text: nothing could be generated."""
+
+
 class UnsupportedSchemaError(ConstrainError, ValueError):
     """A JSON Schema uses a construct the compiler cannot express exactly.
 

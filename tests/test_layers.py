@@ -24,7 +24,7 @@ import pytest
 LAYERS: list[tuple[str, ...]] = [
     # plain data and helpers that import nothing of the package
     ("constrain.errors", "constrain.datadirs", "constrain.results", "constrain.options",
-     "constrain.fuel"),
+     "constrain.fuel", "constrain.utf8"),
     ("constrain.engine",),
     # the grammar and example-schema libraries; the JSON Schema front end
     ("constrain.grammars", "constrain.schemas", "constrain.jsonschema"),

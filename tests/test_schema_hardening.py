@@ -284,7 +284,7 @@ def test_a_string_of_choices_is_an_error(smollm_vocab):
     """`choices="yes"` used to mean the choices y, e, s."""
     with pytest.raises(GrammarError, match="list of strings"):
         cn.Grammar.from_choices("yes")
-    with pytest.raises(GrammarError):
+    with pytest.raises(cn.ConfigError, match="list of strings"):
         ConstraintSpec(choices="yes").constraint(smollm_vocab)
     assert cn.Grammar.from_choices(["yes"]).automaton is not None
 

@@ -232,10 +232,9 @@ def test_the_host_policy():
 
 
 def test_the_command_line_passes_the_settings(smollm, monkeypatch, capsys):
-    import uvicorn
-
     import constrain.models
     from constrain import cli
+    from constrain.serve.app import Server
 
     ran = {}
     monkeypatch.setattr(serve, "run", lambda model, **options: ran.update(options))
@@ -250,8 +249,9 @@ def test_the_command_line_passes_the_settings(smollm, monkeypatch, capsys):
     monkeypatch.undo()
     monkeypatch.delenv("CONSTRAIN_API_KEY", raising=False)
     monkeypatch.setattr(constrain.models, "load_model", lambda *a, **k: smollm)
-    monkeypatch.setattr(uvicorn, "run", lambda app, **options: ran.update(uvicorn=options))
+    # the server is built, configured and never started
+    monkeypatch.setattr(Server, "run", lambda server: ran.update(config=server.config))
     cli.main(["serve", "--host", "0.0.0.0"])
-    assert ran["uvicorn"]["host"] == "0.0.0.0"
+    assert ran["config"].host == "0.0.0.0"
     err = capsys.readouterr().err
     assert err.count("constrain: warning: serving on 0.0.0.0 without an API key") == 1, err

@@ -8,8 +8,9 @@ lowered the budget, or the text nested deeper than it left room for), the text i
 the tokens of one shortest completion, fixed at that point, are the only ones allowed, then
 EOS (so closing always ends, in as few tokens as the automaton knows; a rollback before that
 point, or a larger budget, lifts it). The filter is off when a token lengthens the shortest
-completion by more than 64 tokens at once, and in a state whose completion the automaton
-cannot find.
+completion by more than 64 tokens at once, in a state whose completion the automaton cannot
+find, and where the inner matcher refuses the completion's next token (a text check's
+repeated key): there the text may be cut by the budget, finishing "length".
 
 What a budget allows depends on the sequence's own tokens only: never on which states other
 sequences, or earlier queries, visited (the shared plans are a function of the state), so a
@@ -289,11 +290,23 @@ class Budgeted(MatcherWrapper):
         ``tokens[offset:]``): the state's own, or the rest of the one followed to it when
         that is shorter."""
         own = self.plans.completion_tokens(self.inner.state)
+        plan = None if own is None else (own, 0)
         followed = self._followed
         if followed is not None and followed.position == self.n_tokens:
             if own is None or len(followed.tokens) - followed.offset < len(own):
-                return followed.tokens, followed.offset
-        return None if own is None else (own, 0)
+                plan = followed.tokens, followed.offset
+        return plan if plan is None or self._allowed_next(*plan) else None
+
+    def _allowed_next(self, tokens: tuple[int, ...], offset: int) -> bool:
+        """The inner matcher allows the next token of a completion (EOS once it is spelled).
+        Completions are the automaton's: a text check may refuse one (a repeated key), and
+        a budget must not plan with it, or the budget alone would leave no token. Asked only
+        where the budget binds, so most steps never pay for it."""
+        if self.limit - self.n_tokens >= len(tokens) - offset + _WINDOW:
+            return True
+        if offset == len(tokens):
+            return self.inner.accepting()
+        return self.inner.check(tokens[offset])
 
     def _follow(self, plan: _Plan | None, token: int) -> None:
         """After `token`: when it was the first of `plan` and the new state's own completion
@@ -311,8 +324,11 @@ class Budgeted(MatcherWrapper):
     def _closing_token(self, plan: _Plan | None) -> int | None:
         """While the text is closing, the one token allowed next (`_EOS_NEXT` once the
         completion is spelled out); None when it is not closing. `plan` is `_plan()`'s."""
-        if self._closing is not None and self.limit > self._closing[2]:
-            self._closing = None  # the budget was raised again
+        if self._closing is not None:
+            start, ids, limit = self._closing
+            # the budget was raised again, or the inner matcher refuses the completion here
+            if self.limit > limit or not self._allowed_next(ids, self.n_tokens - start):
+                self._closing = None
         if self._closing is None:
             if self.inner.finished():
                 return None

@@ -32,7 +32,7 @@ from constrain.engine.regex import (
     repeat_unit,
 )
 from constrain.engine.regex.counted import CountedDFA
-from constrain.errors import GrammarError, RegexError, UnsupportedSchemaError
+from constrain.errors import EmptyLanguageError, GrammarError, RegexError, UnsupportedSchemaError
 from constrain.fuel import burn, deadline_after
 from constrain.jsonschema.algebra import CompileTimeout, ShapeAlgebra
 from constrain.jsonschema.checks import JsonChecks, checks_for
@@ -657,7 +657,7 @@ def compile_schema(
     live = set(emitter.lexemes) - {"NOTHING"}
     if "start" not in derivable(emitter.rules, live):
         why = "; ".join(emitter.emptied) or "no JSON value satisfies all its keywords together"
-        raise GrammarError(f"the schema admits no value: {why}")
+        raise EmptyLanguageError(f"the schema admits no value (its language is empty): {why}")
     if normalizer.dropped:
         warnings.warn(
             "lenient JSON Schema compile dropped: " + "; ".join(normalizer.dropped), stacklevel=2

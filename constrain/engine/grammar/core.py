@@ -12,7 +12,7 @@ from constrain.engine.grammar.gbnf import ir_from_gbnf
 from constrain.engine.grammar.ir import GrammarIR
 from constrain.engine.grammar.lark_frontend import ir_from_lark, read_lark
 from constrain.engine.regex import DEFAULT_MAX_MEMORY, ByteDFA, compile_regex, dfa_from_strings
-from constrain.errors import GrammarError
+from constrain.errors import EmptyLanguageError, GrammarError
 
 
 class Grammar:
@@ -198,7 +198,7 @@ class Grammar:
     @classmethod
     def _from_dfa(cls, dfa: ByteDFA, *, kind: str, source: str) -> Grammar:
         if dfa.is_empty():
-            raise GrammarError(f"the {kind} {source!r} matches no text: its language is empty")
+            raise EmptyLanguageError(f"the {kind} {source!r} matches no text: its language is empty")
         return cls(DFAAutomaton(dfa), kind=kind, source=source)
 
     def with_engine(self, engine: str) -> Grammar:
