@@ -272,8 +272,8 @@ def test_prompts_sharing_a_prefix_reuse_its_cache(tiny_model):
 def test_a_prompt_fed_in_chunks_gives_the_same_distribution(tiny_model):
     """A stream started without its prefill and fed in chunks (as a server interleaves a long
     prompt with other requests' steps) reaches the full forward's distribution; a second
-    stream of the same prompt, fed after the first, takes the first's cache and feeds only
-    its last two tokens; asking (0) feeds nothing."""
+    stream of the same prompt takes the first's cache and distribution and feeds nothing; a
+    longer prompt feeds only what follows the cached one."""
     m = tiny_model
     prompt = list(range(400, 437))
     s = m.start(prompt, prefill=False)
@@ -283,11 +283,14 @@ def test_a_prompt_fed_in_chunks_gives_the_same_distribution(tiny_model):
     torch.testing.assert_close(m.logprobs([s])[0], _full_forward(m, prompt)[-1], atol=1e-4,
                                rtol=1e-4)  # fmt: skip
     twin = m.start(prompt, prefill=False)
-    assert m.prefill(twin, 0) == 2  # the cached prompt, cropped to be fed on
-    assert m.prefill(twin, 2) == 0
-    torch.testing.assert_close(m.logprobs([twin])[0], m.logprobs([s])[0], atol=1e-5, rtol=1e-5)
-    m.append(twin, 7)
+    assert m.prefill(twin, 0) == 0  # the whole prompt cached, with its distribution
+    assert torch.equal(m.logprobs([twin])[0], m.logprobs([s])[0])  # bit for bit: a request
+    m.append(twin, 7)  # sent twice (streamed, then not) samples the same text
     _assert_next(m, twin, [*prompt, 7])
+    longer = m.start([*prompt, 9, 8], prefill=False)
+    assert m.prefill(longer, 0) == 2  # a cached prefix: the rest is fed on
+    assert m.prefill(longer, 2) == 0
+    _assert_next(m, longer, [*prompt, 9, 8])
 
 
 def test_a_layer_subset_shares_weights_and_runs(tiny_model):

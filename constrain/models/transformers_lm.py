@@ -330,13 +330,16 @@ class TransformersLM:
         """Feed at most `max_tokens` (None: all) of the prompt `stream` has not fed yet;
         returns how many are left. A stream that has fed nothing takes the longest cached
         prefix of its prompt first (so a second choice of the same prompt, prefilled after
-        the first, feeds one token); the whole prompt, once fed, is cached in turn."""
+        the first, feeds nothing and gets the first's distribution, bit for bit); the whole
+        prompt, once fed, is cached in turn."""
         if stream._n_fed == 0:
             base, shared = self._cached_prefix(stream.tokens)
             if base is not None:
                 cached = self.fork(base)
                 self.rollback(cached, len(base.tokens) - shared)
                 stream._cache, stream._n_fed = cached._cache, cached._n_fed
+                if cached._n_fed == len(stream.tokens):  # the whole prompt: its distribution
+                    stream._last = cached._last
         left = len(stream.tokens) - stream._n_fed
         take = left if max_tokens is None else min(left, max_tokens)
         if take:
@@ -348,12 +351,12 @@ class TransformersLM:
         return left - take
 
     def _cached_prefix(self, ids: list[int]) -> tuple[KVStream | None, int]:
-        """The cached prompt sharing the longest prefix with `ids` (at least 16 tokens, and
-        short of the whole of `ids`: its last token must be fed again), and that length."""
+        """The cached prompt sharing the longest prefix with `ids` (at least 16 tokens), and
+        that length."""
         best, best_len = None, _MIN_SHARED_PREFIX - 1
         for cached in self._prompts.values():
             n = 0
-            limit = min(len(cached.tokens), len(ids) - 1)
+            limit = min(len(cached.tokens), len(ids))
             while n < limit and cached.tokens[n] == ids[n]:
                 n += 1
             if n > best_len:
