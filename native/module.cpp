@@ -735,6 +735,25 @@ PYBIND11_MODULE(native, m) {
     py::class_<Trie, std::shared_ptr<Trie>>(m, "Trie")
         .def(py::init(&trie_from), py::arg("trie"));
 
+    m.def(
+        "trie_arrays",
+        [](const TokenTexts& texts, int64_t n_ids) {
+            TrieArrays a;
+            {
+                py::gil_scoped_release free;
+                a = build_trie(texts, n_ids);
+            }
+            return py::make_tuple(to_array(std::move(a.byte)), to_array(std::move(a.depth)),
+                                  to_array(std::move(a.parent)), to_array(std::move(a.subtree_end)),
+                                  to_array(std::move(a.child_start)),
+                                  to_array(std::move(a.children)),
+                                  to_array(std::move(a.token_start)), to_array(std::move(a.tokens)),
+                                  to_array(std::move(a.node_of_token)));
+        },
+        py::arg("texts"), py::arg("n_ids"),
+        "A TokenTrie's arrays (byte, depth, parent, subtree_end, child_start, children, "
+        "token_start, tokens, node_of_token) from every id's bytes, as TokenTrie.build.");
+
     py::class_<DFATable>(m, "DFATable")
         .def(py::init([](const Array<int32_t>& table, const Array<uint8_t>& classes) {
                  if (table.ndim() != 2 || table.shape(1) < 1 || table.shape(1) > 256)

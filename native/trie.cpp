@@ -1,6 +1,8 @@
 #include "trie.hpp"
 
+#include <algorithm>
 #include <limits>
+#include <string_view>
 #include <stdexcept>
 #include <string>
 
@@ -163,6 +165,69 @@ size_t Piece::n_tokens() const {
     size_t n = tokens.size();
     for (const auto& [begin, end] : runs) n += size_t(end - begin);
     return n;
+}
+
+TrieArrays build_trie(const TokenTexts& texts, int64_t n_ids) {
+    TrieArrays out;
+    const int64_t known = std::min<int64_t>(n_ids, texts.size());
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < known; ++i)
+        if (!texts.text(i).empty()) ids.push_back(i);
+    std::stable_sort(ids.begin(), ids.end(),
+                     [&](int64_t a, int64_t b) { return texts.text(a) < texts.text(b); });
+    out.byte = {0};
+    out.depth = {0};
+    out.parent = {-1};
+    out.node_of_token.assign(size_t(std::max<int64_t>(n_ids, 0)), 0);
+    std::vector<int64_t> path{0};  // path[d]: the node at depth d on the current branch
+    std::string_view previous;
+    for (int64_t id : ids) {
+        const std::string_view data = texts.text(id);
+        if (data != previous) {
+            size_t common = 0;
+            const size_t limit = std::min(data.size(), previous.size());
+            while (common < limit && data[common] == previous[common]) ++common;
+            path.resize(common + 1);
+            for (size_t d = common; d < data.size(); ++d) {
+                out.byte.push_back(uint8_t(data[d]));
+                out.depth.push_back(int32_t(d + 1));
+                out.parent.push_back(path[d]);
+                path.push_back(int64_t(out.byte.size()) - 1);
+            }
+            previous = data;
+        }
+        out.node_of_token[size_t(id)] = path[data.size()];
+    }
+    const size_t n = out.byte.size();
+    out.subtree_end.assign(n, int64_t(n));  // the next node in DFS order no deeper than it
+    std::vector<int64_t> stack;
+    for (size_t node = 0; node < n; ++node) {
+        while (!stack.empty() && out.depth[size_t(stack.back())] >= out.depth[node]) {
+            out.subtree_end[size_t(stack.back())] = int64_t(node);
+            stack.pop_back();
+        }
+        stack.push_back(int64_t(node));
+    }
+    // children and tokens grouped by node, in node (DFS, so byte) order and in id order
+    out.child_start.assign(n + 1, 0);
+    for (size_t node = 1; node < n; ++node) ++out.child_start[size_t(out.parent[node]) + 1];
+    for (size_t i = 0; i < n; ++i) out.child_start[i + 1] += out.child_start[i];
+    out.children.resize(n > 0 ? n - 1 : 0);
+    std::vector<int64_t> fill(out.child_start.begin(), out.child_start.end() - 1);
+    for (size_t node = 1; node < n; ++node)
+        out.children[size_t(fill[size_t(out.parent[node])]++)] = int64_t(node);
+    out.token_start.assign(n + 1, 0);
+    for (int64_t id : ids) ++out.token_start[size_t(out.node_of_token[size_t(id)]) + 1];
+    for (size_t i = 0; i < n; ++i) out.token_start[i + 1] += out.token_start[i];
+    out.tokens.resize(ids.size());
+    fill.assign(out.token_start.begin(), out.token_start.end() - 1);
+    std::vector<int64_t> by_id(ids);
+    std::sort(by_id.begin(), by_id.end());
+    for (int64_t id : by_id) {
+        const size_t node = size_t(out.node_of_token[size_t(id)]);
+        out.tokens[size_t(fill[node]++)] = id;
+    }
+    return out;
 }
 
 }  // namespace constrain

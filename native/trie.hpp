@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lexer.hpp"
+#include "texts.hpp"
 
 namespace constrain {
 
@@ -24,6 +25,17 @@ struct Trie {
     // arrays' sizes, the nodes in DFS order (depths, subtrees), children and token ranges.
     void validate() const;
 };
+
+// A TokenTrie's arrays built from every id's bytes, as TokenTrie.build builds them (the
+// reference): nodes in DFS order, ids of equal bytes in id order at their node. Ids at or past
+// `texts.size()`, and empty texts, have no node (0).
+struct TrieArrays {
+    std::vector<uint8_t> byte;
+    std::vector<int32_t> depth;
+    std::vector<int64_t> parent, subtree_end, child_start, children, token_start, tokens,
+        node_of_token;
+};
+TrieArrays build_trie(const TokenTexts& texts, int64_t n_ids);
 
 // The tokens a walk reads: those outside the slices of `combination` (bit i: slice i), told
 // by each token's slice bit and, per node, the bits of its subtree's tokens; a walk skips a

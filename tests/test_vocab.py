@@ -131,3 +131,64 @@ def test_a_restricted_trie_is_the_trie_built_from_the_kept_tokens(vocab):
             for name in _TRIE_FIELDS:
                 a, b = getattr(built, name), getattr(got, name)
                 assert a.dtype == b.dtype and np.array_equal(a, b), name
+
+
+def test_the_native_trie_is_the_reference_build(vocab):
+    """`from_texts` (the native build a vocabulary uses) gives `build`'s arrays exactly, on the
+    real vocabulary and on random byte strings with duplicates, prefixes, empties and ids past
+    the texts."""
+    cases = [(vocab._bytes, len(vocab._bytes))]
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        pool = [bytes(rng.integers(0, 256, rng.integers(0, 5)).tolist()) for _ in range(30)]
+        pool += [b"ab", b"a", b"abc", b"\x00", b"\xff\xff"]
+        texts = [pool[i] or None for i in rng.integers(0, len(pool), rng.integers(0, 80))]
+        cases.append((texts, len(texts)))
+    from constrain.engine.native import TokenTexts
+
+    for texts, n_ids in cases:
+        built = TokenTrie.build(texts)
+        native = TokenTrie.from_texts(TokenTexts([t or b"" for t in texts]), n_ids)
+        for name in _TRIE_FIELDS:
+            a, b = getattr(built, name), getattr(native, name)
+            assert a.dtype == b.dtype and np.array_equal(a, b), name
+
+
+def test_warm_up_builds_once_under_threads(smollm_tokenizer):
+    """Threads warming one fresh vocabulary at once build its shared structures once (one
+    trie, one set of slices, one answer), and masks after it are a cold vocabulary's."""
+    import sys
+    import threading
+
+    import constrain as cn
+    from constrain.constraints import warm_up
+    from constrain.engine.slices import slices_of
+
+    vocab = Vocabulary.from_tokenizer(smollm_tokenizer, eos_ids=[2])
+    answers, tries, slices = [], [], []
+
+    def warm():
+        answers.append(warm_up(vocab))
+        tries.append(vocab.trie)
+        slices.append(slices_of(vocab))
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=warm) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert len(set(answers)) == 1 and answers[0] > 0
+    assert all(t is tries[0] for t in tries) and all(s is slices[0] for s in slices)
+    cold = Vocabulary.from_tokenizer(smollm_tokenizer, eos_ids=[2])
+    schema = {"type": "object", "properties": {"k": {"type": "string"}}, "required": ["k"]}
+    warmed, fresh = (cn.Constraint(cn.Grammar.from_json_schema(schema), v).start()
+                     for v in (vocab, cold))  # fmt: skip
+    for token in vocab.encode('{"k":"a b"}'):
+        assert np.array_equal(warmed.bitmask(), fresh.bitmask())
+        warmed.advance(token)
+        fresh.advance(token)

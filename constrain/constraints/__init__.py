@@ -9,6 +9,7 @@ from constrain.constraints.budget import Budgeted, CompletionPlans
 from constrain.constraints.constraint import Constraint
 from constrain.constraints.spec import ConstraintSpec, grammar_from
 from constrain.constraints.text_check import TextChecked
+from constrain.constraints.warmup import warm_up
 
 __all__ = [
     "Budgeted",
@@ -17,4 +18,5 @@ __all__ = [
     "ConstraintSpec",
     "TextChecked",
     "grammar_from",
+    "warm_up",
 ]

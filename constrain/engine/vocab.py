@@ -221,8 +221,8 @@ class Vocabulary:
 
     @cached_property
     def trie(self) -> TokenTrie:
-        """The token trie over the text tokens (built on first use, then cached)."""
-        return TokenTrie.build(self._bytes)
+        """The token trie over the text tokens (built natively on first use, then cached)."""
+        return TokenTrie.from_texts(self.native_texts, len(self._bytes))
 
     def __repr__(self) -> str:
         return f"Vocabulary({self.name!r}, size={self.size}, eos_ids={self.eos_ids})"
@@ -318,6 +318,14 @@ class TokenTrie:
             tokens=token_ids[order],
             node_of_token=node_of_token,
         )
+
+    @classmethod
+    def from_texts(cls, texts, n_ids: int) -> TokenTrie:
+        """`build` of ids ``0..n_ids-1`` done by the native core from `texts` (a
+        `native.TokenTexts`): the same arrays, in a fraction of the time."""
+        from constrain.engine.native import trie_arrays
+
+        return cls(*trie_arrays(texts, n_ids))
 
     def restricted(self, keep: np.ndarray) -> TokenTrie:
         """The trie of the tokens `keep` marks (bool by token id, at least one per id of this

@@ -69,11 +69,13 @@ def build(
         docs: serve FastAPI's /docs, /redoc and /openapi.json (default: off).
         limits: what one request may ask (`constrain.serve.limits.Limits`; its defaults).
     """
+    from constrain.constraints import warm_up
     from constrain.serve.access import Access
     from constrain.serve.app import create_app
     from constrain.serve.protocol import Served
     from constrain.serve.scheduler import Scheduler
 
+    warm_up(model.vocab)  # the vocabulary's shared structures, before the first request
     served = Served(model, name or model.name, max_tokens=max_tokens, timeout=timeout,
                     tool_format_name=tool_format, limits=limits or Limits())  # fmt: skip
     if not isinstance(prefill_chunk, int) or prefill_chunk < 1:

@@ -29,6 +29,7 @@ from vllm.v1.structured_output.backend_types import (
 
 from constrain.constraints.constraint import Constraint
 from constrain.constraints.grammar_sequence import GrammarSequence
+from constrain.constraints.warmup import warm_up
 from constrain.engine import bitmask
 from constrain.engine.vocab import Vocabulary
 from constrain.fuel import Fuel
@@ -74,6 +75,7 @@ class ConstrainBackend(StructuredOutputBackend):
         self.vocab = Vocabulary.from_tokenizer(self.tokenizer, size=size,
                                                eos_ids=_eos_ids(self.tokenizer, self.vllm_config))  # fmt: skip
         self.max_model_len = self.vllm_config.model_config.max_model_len
+        warm_up(self.vocab)  # the vocabulary's shared structures, before the first compile
 
     def compile_grammar(
         self,
