@@ -48,8 +48,8 @@ def tekken_path() -> Path | None:
 
 
 def _tekken(path: Path):
-    """(token bytes by id, special ids, its tiktoken encoding) of a Tekken file: ids below
-    the special count are special tokens, then the byte-level ranks in order."""
+    """(token bytes by id, its tiktoken encoding) of a Tekken file: ids below the special
+    count are special tokens (no bytes), then the byte-level ranks in order."""
     import tiktoken
 
     model = json.loads(path.read_text())
