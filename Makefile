@@ -83,7 +83,7 @@ TSAN_ENV := LD_PRELOAD="$$(g++ -print-file-name=libtsan.so) $$(g++ -print-file-n
 test-sanitize: $(VENV)/.dev
 	CONSTRAIN_SANITIZE=1 $(BIN)/python setup.py -q build_ext --inplace --force
 	$(SANITIZER_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider \
-		tests/test_native.py tests/test_native_fuzz.py; \
+		tests/test_native.py tests/test_native_fuzz.py tests/test_vocab.py; \
 	status=$$?; \
 	if [ $$status = 0 ]; then \
 		CONSTRAIN_SANITIZE=thread $(BIN)/python setup.py -q build_ext --inplace --force && \
